@@ -1,0 +1,187 @@
+"""The decoder: numerics against NumPy, KV cache against full recompute, sharding against one device."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from tunix_lit.models import transformer as tf
+
+FAMILIES = ["tiny-qwen3", "tiny-gemma3", "tiny-llama3"]
+
+
+def _tokens(batch=3, length=12, vocab=512, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).integers(3, vocab, size=(batch, length)), jnp.int32)
+
+
+def _left_pad(tokens, pads):
+    """Left-pad row i by pads[i] zeros (total length unchanged: the row's tail is dropped). Returns tokens, mask."""
+    B, T = tokens.shape
+    mask = np.ones((B, T), bool)
+    out = np.zeros((B, T), np.int32)
+    for i, p in enumerate(pads):
+        out[i, p:] = np.asarray(tokens[i, : T - p])
+        mask[i, :p] = False
+    return jnp.asarray(out), jnp.asarray(mask)
+
+
+def _positions(mask):
+    return jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+
+
+@pytest.mark.parametrize("name,count", [
+    ("gemma3-270m", 268_098_176), ("gemma3-1b", 999_885_952), ("qwen3-0.6b", 596_049_920),
+    ("qwen3-1.7b", 1_720_574_976), ("llama3.2-1b", 1_235_814_400), ("llama3.2-3b", 3_212_749_824)])
+def test_real_presets_have_the_published_parameter_counts(name, count):
+    """Counts as reported by the released checkpoints (HF num_parameters, tied heads counted once)."""
+    model = nnx.eval_shape(lambda: tf.Transformer(tf.ModelConfig.from_name(name), rngs=nnx.Rngs(0)))
+    assert sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model))) == count
+
+
+def test_rmsnorm_matches_numpy_both_conventions():
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
+    w = np.random.default_rng(1).normal(size=16).astype(np.float32)
+    for zero_centered, factor in [(False, w), (True, 1.0 + w)]:
+        norm = tf.RMSNorm(16, eps=1e-5, zero_centered=zero_centered, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+        norm.scale[...] = jnp.asarray(w)
+        expected = x / np.sqrt(np.mean(x ** 2, axis=-1, keepdims=True) + 1e-5) * factor
+        np.testing.assert_allclose(np.asarray(norm(jnp.asarray(x))), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rope_matches_complex_rotation():
+    """Half-split RoPE is multiplication of (x_i + i x_{i+H/2}) by exp(i * pos * theta^(-2i/H))."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 3, 8)).astype(np.float32)
+    pos = rng.integers(0, 50, size=(2, 5))
+    z = x[..., :4] + 1j * x[..., 4:]
+    freq = np.array([10_000.0 ** (-2 * i / 8) for i in range(4)])
+    rotated = z * np.exp(1j * pos[:, :, None, None] * freq)
+    expected = np.concatenate([rotated.real, rotated.imag], axis=-1)
+    got = tf.apply_rope(jnp.asarray(x), jnp.asarray(pos), tf.rope_frequencies(8, 10_000.0))
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_llama3_rope_scaling_matches_a_loop_over_frequencies():
+    scaling = tf.RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8192)
+    got = tf.rope_frequencies(128, 500_000.0, scaling)
+    for i, f in enumerate(500_000.0 ** (-np.arange(0, 128, 2) / 128)):
+        wavelength = 2 * math.pi / f
+        if wavelength < 8192 / 4:
+            want = f
+        elif wavelength > 8192 / 1:
+            want = f / 8
+        else:
+            s = (8192 / wavelength - 1) / (4 - 1)
+            want = (1 - s) * f / 8 + s * f
+        assert got[i] == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_incremental_decoding_equals_full_forward(name):
+    """Prefill 5 left-padded tokens, then decode one at a time: every position matches a full pass."""
+    cfg = tf.ModelConfig.from_name(name)
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(1))
+    tokens, mask = _left_pad(_tokens(3, 12), [0, 2, 4])
+    positions = _positions(mask)
+    full, none_cache = model(tokens, positions, None, mask)
+    assert none_cache is None
+    C = 16
+    cache = model.init_cache(3, C)
+    key_mask = jnp.zeros((3, C), bool).at[:, :12].set(mask)
+    out, cache = model(tokens[:, :5], positions[:, :5], cache, key_mask)
+    steps = [out]
+    for t in range(5, 12):
+        out, cache = model(tokens[:, t:t + 1], positions[:, t:t + 1], cache, key_mask)
+        steps.append(out)
+    assert int(cache.index) == 12
+    inc = jnp.concatenate(steps, axis=1)
+    real = np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(inc)[real], np.asarray(full)[real], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_left_padding_does_not_change_real_token_logits(name):
+    cfg = tf.ModelConfig.from_name(name)
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(2))
+    tokens = _tokens(1, 9)
+    ref, _ = model(tokens)
+    padded, mask = _left_pad(jnp.concatenate([jnp.zeros((1, 3), jnp.int32), tokens], axis=1), [3])
+    padded = padded.at[:, 3:].set(tokens)
+    got, _ = model(padded, _positions(mask), None, mask)
+    np.testing.assert_allclose(np.asarray(got[:, 3:]), np.asarray(ref), atol=1e-4, rtol=1e-4)
+
+
+def test_sliding_window_hides_tokens_beyond_the_window():
+    """One all-local layer with window 4: changing token 0 changes logits at slots 1..3 but not at 4 onwards."""
+    cfg = tf.ModelConfig.from_name("tiny-gemma3", num_layers=1, layer_types=("local",), sliding_window=4)
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(3))
+    a = _tokens(1, 10)
+    b = a.at[0, 0].set((a[0, 0] + 1) % cfg.vocab_size)
+    la, lb = model(a)[0], model(b)[0]
+    diff = np.abs(np.asarray(la - lb)).max(axis=-1)[0]
+    assert (diff[1:4] > 1e-6).all() and (diff[4:] == 0).all(), diff
+
+
+def test_attention_mask_forms_agree():
+    """A [B, S] key mask and the equivalent explicit [B, T, S] mask give the same logits."""
+    cfg = tf.ModelConfig.from_name("tiny-qwen3")
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(0))
+    tokens, mask = _left_pad(_tokens(2, 8), [0, 3])
+    full_mask = np.tril(np.ones((8, 8), bool))[None] & np.asarray(mask)[:, None, :]
+    a = model(tokens, _positions(mask), None, mask)[0]
+    b = model(tokens, _positions(mask), None, jnp.asarray(full_mask))[0]
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_sharded_model_matches_single_device(name):
+    cfg = tf.ModelConfig.from_name(name)
+    mesh = tf.make_mesh(2, 4)
+    single = tf.create_model(cfg, seed=4)
+    sharded = tf.create_model(cfg, seed=4, mesh=mesh)
+    kernel = sharded.layers[0].mlp.gate_proj.kernel[...]
+    assert kernel.sharding.spec == P("fsdp", "tp") and len(kernel.sharding.device_set) == 8
+    tokens, mask = _left_pad(_tokens(4, 10), [0, 1, 2, 5])
+    ref = single(tokens, _positions(mask), None, mask)[0]
+    place = lambda x: jax.device_put(x, NamedSharding(mesh, P("fsdp")))
+
+    @nnx.jit
+    def forward(model, tokens, positions, mask):
+        return model(tokens, positions, None, mask)[0]
+
+    with jax.set_mesh(mesh):
+        got = forward(sharded, place(tokens), place(_positions(mask)), place(mask))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-4, rtol=1e-4)
+
+
+def test_logical_to_mesh_drops_axes_that_do_not_divide_or_do_not_exist():
+    axes = {"fsdp": 2, "tp": 4}
+    assert tf.logical_to_mesh(("embed", "kv_heads", "head_dim"), (64, 1, 256), axes) == P("fsdp", None, None)
+    assert tf.logical_to_mesh(("batch", "vocab"), (8, 12), axes) == P("fsdp", "tp")
+    assert tf.logical_to_mesh(("batch",), (8,), {"data": 2, "fsdp": 2}) == P(("data", "fsdp"))
+    assert tf.logical_to_mesh(("embed", "mlp"), (64, 128), {"tp": 2}) == P(None, "tp")
+
+
+def test_bad_configs_name_the_problem():
+    with pytest.raises(ValueError, match="did you mean 'llama3.2-1b'"):
+        tf.ModelConfig.from_name("llama3.2-1")
+    with pytest.raises(ValueError, match="unknown family 'gpt2'.*gemma3, qwen3, llama3"):
+        tf.ModelConfig.from_name("tiny-qwen3", family="gpt2")
+    with pytest.raises(ValueError, match="local layers need a positive sliding_window"):
+        tf.ModelConfig.from_name("tiny-gemma3", sliding_window=None)
+    with pytest.raises(ValueError, match="layer_types has 2 entries for 3 layers"):
+        tf.ModelConfig.from_name("tiny-gemma3", layer_types=("local", "global"))
+    with pytest.raises(ValueError, match="rope scaling factor must be >= 1"):
+        tf.RopeScaling("linear", 0.5)
+    with pytest.raises(ValueError, match="needs 16 devices, have 8"):
+        tf.make_mesh(4, 4)
+
+
+def test_kv_cache_shapes_and_dtype():
+    cfg = tf.ModelConfig.from_name("tiny-gemma3")
+    cache = tf.KVCache.create(cfg, batch=2, cache_size=32, dtype="bfloat16")
+    assert len(cache.k) == cfg.num_layers and cache.size == 32
+    assert cache.k[0].shape == (2, 32, cfg.num_kv_heads, cfg.head_dim) and cache.k[0].dtype == jnp.bfloat16
