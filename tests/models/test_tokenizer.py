@@ -227,10 +227,10 @@ def test_hf_template_kwargs_and_tools_reach_the_template(pairs):
     llama, llama_ref = pairs["llama"]
     tools = [{"type": "function", "function": {"name": "add", "description": "a <b> & c",
                                                "parameters": {"type": "object", "properties": {}}}}]
-    ours = llama.apply_chat_template(CHAT[1:2], tools=tools, date_string="1 Jan 2025")
+    ours = llama.apply_chat_template(CHAT[1:2], tools=tools, chat_template="default", date_string="1 Jan 2025")
     assert "a <b> & c" in ours
-    assert ours == llama_ref.apply_chat_template(CHAT[1:2], tools=tools, date_string="1 Jan 2025",
-                                                 add_generation_prompt=True, tokenize=False)
+    assert ours == llama_ref.apply_chat_template(CHAT[1:2], tools=tools, chat_template="default",
+                                                 date_string="1 Jan 2025", add_generation_prompt=True, tokenize=False)
 
 
 def test_hf_template_raise_exception_surfaces(pairs):
@@ -275,11 +275,15 @@ def test_hf_without_chat_template_names_where_it_looked(hf_dirs, tmp_path):
     assert ours.apply_chat_template(CHAT, chat_template=tk.DEFAULT_CHAT_TEMPLATE).endswith("assistant: ")
 
 
-def test_hf_named_templates_without_default_are_refused(hf_dirs):
+def test_hf_named_templates_are_picked_as_transformers_picks_them(pairs, hf_dirs):
+    ours, ref = pairs["llama"]
+    for kwargs in ({}, {"tools": [{"name": "f"}]}, {"chat_template": "tool_use"}, {"chat_template": "{{ 'own' }}"}):
+        assert ours.apply_chat_template(CHAT, date_string="1 Jan 2025", **kwargs) == ref.apply_chat_template(
+            CHAT, date_string="1 Jan 2025", add_generation_prompt=True, tokenize=False, **kwargs), kwargs
     bpe = tokenizers.Tokenizer.from_file(str(hf_dirs["qwen"] / "tokenizer.json"))
     config = {"eos_token": "<|im_end|>", "chat_template": [{"name": "tool_use", "template": "x"}]}
     with pytest.raises(ValueError, match=r"\['tool_use'\] have no 'default'"):
-        tk.Tokenizer.wrap(bpe, config=config)
+        tk.Tokenizer.wrap(bpe, config=config).apply_chat_template(CHAT)
 
 
 def test_hf_errors_name_missing_eos_and_unknown_tokens(hf_dirs):
@@ -288,8 +292,10 @@ def test_hf_errors_name_missing_eos_and_unknown_tokens(hf_dirs):
         tk.Tokenizer.wrap(bpe, config={})
     with pytest.raises(ValueError, match=r"eos_token '<nope>' .* not in the vocabulary"):
         tk.Tokenizer.wrap(bpe, config={"eos_token": "<nope>"})
-    # the first generation_config eos id stands in for a missing eos_token, as Qwen base configs need
-    assert tk.Tokenizer.wrap(bpe, config={}, generation_config={"eos_token_id": [5, 7]}).eos_ids == (5, 7)
+    # the first generation_config eos id stands in for a missing eos_token
+    stops = [bpe.token_to_id("<|endoftext|>"), bpe.token_to_id("<|im_end|>")]
+    wrapped = tk.Tokenizer.wrap(bpe, config={}, generation_config={"eos_token_id": stops})
+    assert (wrapped.eos_id, wrapped.eos_ids) == (stops[0], tuple(stops))
 
 
 # ---- chat template environment against transformers' renderer ----

@@ -6,7 +6,7 @@
 __all__ = ['CHAR_SPECIAL_TOKENS', 'CHAR_TOKENIZER_FILE', 'DEFAULT_CHAT_TEMPLATE', 'END_OF_TURN_TOKENS', 'CharTokenizer',
            'render_chat_template', 'Tokenizer', 'CharAdapter', 'HFAdapter', 'SentencePieceAdapter', 'load_tokenizer']
 
-# %% ../../nbs/11_tokenizer.ipynb #403aa00f
+# %% ../../nbs/11_tokenizer.ipynb #e439cdf4
 # Follows upstream Tunix's TokenizerAdapter in purpose (one surface for sampler and trainers) and
 # transformers 5 in behaviour (tokenizer.json decides BOS/EOS; chat templates render in the same
 # sandboxed jinja2 set-up). Leaves out: slow (pure Python) HF tokenizers, WordPiece space clean-up
@@ -25,7 +25,7 @@ import numpy as np
 import sentencepiece as spm
 import tokenizers
 
-# %% ../../nbs/11_tokenizer.ipynb #7d6dacf6
+# %% ../../nbs/11_tokenizer.ipynb #7febf4ac
 CHAR_SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")  # ids 0, 1, 2 in every CharTokenizer
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 
@@ -82,7 +82,7 @@ class CharTokenizer:
             raise ValueError(f"{path} has no 'alphabet' key; it was not written by CharTokenizer.save")
         return cls(data["alphabet"], data.get("chat_template"))
 
-# %% ../../nbs/11_tokenizer.ipynb #9be1acd0
+# %% ../../nbs/11_tokenizer.ipynb #d5418245
 def _raise_exception(message: str):
     raise jinja2.exceptions.TemplateError(message)
 
@@ -127,13 +127,13 @@ def render_chat_template(source: str, messages: Sequence[dict], add_generation_p
     return _compile_chat_template(source).render(
         messages=messages, add_generation_prompt=add_generation_prompt, **variables)
 
-# %% ../../nbs/11_tokenizer.ipynb #ea3bfb6e
+# %% ../../nbs/11_tokenizer.ipynb #7c8d246e
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
 
-# %% ../../nbs/11_tokenizer.ipynb #052167ad
+# %% ../../nbs/11_tokenizer.ipynb #e40f4103
 END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>")  # Gemma, Qwen, Llama 3 turn ends
 
 
@@ -151,6 +151,18 @@ def _stop_ids(eos_id: int, candidates) -> tuple[int, ...]:
     return (eos_id, *others)
 
 
+def _choose_template(own: str | dict | None, requested: str | None, tools) -> str | None:
+    # a repo may ship several named templates; pick as transformers does: by name, else tool_use, else default
+    if not isinstance(own, dict):
+        return requested or own
+    if requested is not None:
+        return own.get(requested, requested)
+    name = "tool_use" if tools is not None and "tool_use" in own else "default"
+    if name not in own:
+        raise ValueError(f"chat templates {sorted(own)} have no 'default'; pass chat_template=<one of those names>")
+    return own[name]
+
+
 _ADAPTERS: dict[type, type] = {}  # wrapped type -> adapter class; filled by `class X(Tokenizer, wraps=...)`
 
 
@@ -163,7 +175,7 @@ class Tokenizer:
     pad_id: int                    # fill value only; falls back to eos_id
     eos_ids: tuple[int, ...]       # stop ids, eos_id first
     vocab_size: int                # ids the tokenizer can emit (a model's embedding may be larger)
-    chat_template: str | None
+    chat_template: str | dict[str, str] | None  # a template, or several by name
     special_tokens: dict[str, str]  # e.g. {'eos_token': '<eos>'}, visible to chat templates
     template_hint: str = "nowhere"  # where a missing chat template was looked for
 
@@ -197,13 +209,15 @@ class Tokenizer:
         return self._decode(ids, skip_special_tokens)
 
     def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                            tokenize: bool = False, chat_template: str | None = None, **kwargs: Any):
+                            tokenize: bool = False, chat_template: str | None = None,
+                            tools: list[dict] | None = None, **kwargs: Any):
         """Render `messages` with the tokenizer's chat template; the text, or its ids if `tokenize`."""
-        source = chat_template or self.chat_template
+        source = _choose_template(self.chat_template, chat_template, tools)
         if source is None:
             raise ValueError(f"this tokenizer has no chat template: looked in {self.template_hint}; "
                              "add one there or pass chat_template=...")
-        text = render_chat_template(source, messages, add_generation_prompt, **{**self.special_tokens, **kwargs})
+        text = render_chat_template(source, messages, add_generation_prompt, tools=tools,
+                                    **{**self.special_tokens, **kwargs})
         # the template already wrote BOS if the model wants one; adding it again would double it
         return self.encode(text, add_special_tokens=False) if tokenize else text
 
@@ -222,7 +236,7 @@ class Tokenizer:
         return (f"{type(self).__name__}(vocab_size={self.vocab_size}, bos_id={self.bos_id}, "
                 f"eos_id={self.eos_id}, pad_id={self.pad_id}, eos_ids={self.eos_ids})")
 
-# %% ../../nbs/11_tokenizer.ipynb #576d5967
+# %% ../../nbs/11_tokenizer.ipynb #cbc363c8
 class CharAdapter(Tokenizer, wraps=CharTokenizer):
     """`Tokenizer` over a `CharTokenizer`; `encode` adds `<bos>` only."""
 
@@ -241,7 +255,7 @@ class CharAdapter(Tokenizer, wraps=CharTokenizer):
     def _decode(self, ids, skip_special_tokens):
         return self.backend.decode(ids, skip_special_tokens)
 
-# %% ../../nbs/11_tokenizer.ipynb #637d458d
+# %% ../../nbs/11_tokenizer.ipynb #bfeb40c0
 def _token_text(value) -> str | None:
     # tokenizer_config.json writes a token as a plain string or as a serialised AddedToken dict
     if value is None or isinstance(value, str):
@@ -249,16 +263,6 @@ def _token_text(value) -> str | None:
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
     raise TypeError(f"a special token must be a string or a dict with 'content'; got {value!r}")
-
-
-def _pick_template(value) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    # a list of {"name", "template"} entries, as tokenizer_config.json stores several templates
-    named = {t["name"]: t["template"] for t in value} if isinstance(value, list) else dict(value)
-    if "default" not in named:
-        raise ValueError(f"chat templates {sorted(named)} have no 'default'; pass chat_template=... to choose")
-    return named["default"]
 
 
 class HFAdapter(Tokenizer, wraps=tokenizers.Tokenizer):
@@ -289,7 +293,10 @@ class HFAdapter(Tokenizer, wraps=tokenizers.Tokenizer):
         self.pad_id = self.eos_id if pad_id is None else pad_id  # fall back in the adapter; tok stays untouched
         self.eos_ids = _stop_ids(self.eos_id, generation_eos + [tok.token_to_id(t) for t in END_OF_TURN_TOKENS])
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        self.chat_template = chat_template if chat_template is not None else _pick_template(config.get("chat_template"))
+        own = config.get("chat_template")
+        if isinstance(own, list):  # tokenizer_config.json stores several templates as [{"name", "template"}]
+            own = {t["name"]: t["template"] for t in own}
+        self.chat_template = chat_template if chat_template is not None else own
         self.template_hint = f"{jinja} and the 'chat_template' key of {cfg}"
 
     def _id_of(self, name: str) -> int | None:
@@ -313,7 +320,7 @@ class HFAdapter(Tokenizer, wraps=tokenizers.Tokenizer):
     def _decode(self, ids, skip_special_tokens):
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
-# %% ../../nbs/11_tokenizer.ipynb #d3835f4c
+# %% ../../nbs/11_tokenizer.ipynb #bc01f6b2
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -329,7 +336,7 @@ def _load_hf(path: Path) -> HFAdapter:
     return HFAdapter(tokenizers.Tokenizer.from_file(str(path)), config, _read_json(folder / "generation_config.json"),
                      chat_template=chat_template, folder=folder)
 
-# %% ../../nbs/11_tokenizer.ipynb #f34d7598
+# %% ../../nbs/11_tokenizer.ipynb #c104a294
 def _sp_id(sp: spm.SentencePieceProcessor, piece: str) -> int | None:
     # piece_to_id answers unk_id for a piece it does not know
     idx = sp.piece_to_id(piece)
@@ -370,7 +377,7 @@ class SentencePieceAdapter(Tokenizer, wraps=spm.SentencePieceProcessor):
                 run.append(i)
         return "".join(parts + [sp.decode(run)])
 
-# %% ../../nbs/11_tokenizer.ipynb #08e393df
+# %% ../../nbs/11_tokenizer.ipynb #f89b5f5d
 def _load_sentencepiece(path: Path) -> SentencePieceAdapter:
     return SentencePieceAdapter(spm.SentencePieceProcessor(model_file=str(path)))
 
