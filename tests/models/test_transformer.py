@@ -163,6 +163,8 @@ def test_logical_to_mesh_drops_axes_that_do_not_divide_or_do_not_exist():
     assert tf.logical_to_mesh(("batch", "vocab"), (8, 12), axes) == P("fsdp", "tp")
     assert tf.logical_to_mesh(("batch",), (8,), {"data": 2, "fsdp": 2}) == P(("data", "fsdp"))
     assert tf.logical_to_mesh(("embed", "mlp"), (64, 128), {"tp": 2}) == P(None, "tp")
+    # a batch of 2 cannot split over data×fsdp = 4 but can over the prefix ("data",)
+    assert tf.logical_to_mesh(("batch",), (2,), {"data": 2, "fsdp": 2}) == P("data")
 
 
 def test_bad_configs_name_the_problem():
@@ -185,3 +187,10 @@ def test_kv_cache_shapes_and_dtype():
     cache = tf.KVCache.create(cfg, batch=2, cache_size=32, dtype="bfloat16")
     assert len(cache.k) == cfg.num_layers and cache.size == 32
     assert cache.k[0].shape == (2, 32, cfg.num_kv_heads, cfg.head_dim) and cache.k[0].dtype == jnp.bfloat16
+
+
+def test_kv_cache_on_a_mesh_is_sharded_by_batch_and_kv_heads():
+    cfg = tf.ModelConfig.from_name("tiny-qwen3")  # K = 4 heads: divisible by tp = 4
+    cache = tf.KVCache.create(cfg, batch=4, cache_size=16, mesh=tf.make_mesh(2, 4))
+    assert cache.k[0].sharding.spec == P("fsdp", None, "tp", None)
+    assert cache.k[0].addressable_shards[0].data.shape == (2, 16, 1, cfg.head_dim)

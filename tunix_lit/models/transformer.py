@@ -7,7 +7,7 @@ __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
            'Attention', 'MLP', 'Block', 'Transformer', 'state_shardings', 'create_model', 'make_mesh']
 
-# %% ../../nbs/10_model.ipynb #9ba46a1c
+# %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
 import difflib
 import math
@@ -20,7 +20,7 @@ from flax import nnx
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-# %% ../../nbs/10_model.ipynb #ca3da275
+# %% ../../nbs/10_model.ipynb #34136413
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
     """How RoPE frequencies are stretched for long context: 'linear' (Gemma 3) or 'llama3' (Llama 3.1+)."""
@@ -37,7 +37,7 @@ class RopeScaling:
         if self.factor < 1.0:
             raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}")
 
-# %% ../../nbs/10_model.ipynb #bc85ffc3
+# %% ../../nbs/10_model.ipynb #12a9cef3
 FAMILIES = ("gemma3", "qwen3", "llama3")
 ACTIVATIONS = ("silu", "gelu_tanh")
 
@@ -113,7 +113,7 @@ class ModelConfig:
             raise ValueError(f"unknown model preset {name!r}{hint}; choose one of: {', '.join(sorted(PRESETS))}")
         return PRESETS[name](**overrides)
 
-# %% ../../nbs/10_model.ipynb #680a72d2
+# %% ../../nbs/10_model.ipynb #5931424b
 def gemma3_layer_types(num_layers: int, period: int = 6) -> tuple[str, ...]:
     """Gemma 3's pattern: every `period`-th layer is global, the rest sliding-window."""
     return tuple("global" if (i + 1) % period == 0 else "local" for i in range(num_layers))
@@ -161,7 +161,7 @@ PRESETS = {
                                           "layer_types": ("local", "local", "global"), **o}),
 }
 
-# %% ../../nbs/10_model.ipynb #9b569fdb
+# %% ../../nbs/10_model.ipynb #e6f59d77
 LOGICAL_RULES: dict[str, Optional[tuple[str, ...]]] = {
     "batch": ("data", "fsdp"),
     "vocab": ("tp",),
@@ -181,8 +181,10 @@ def logical_to_mesh(names, shape, mesh_axes: dict[str, int], rules=LOGICAL_RULES
     spec, used = [], set()
     for name, dim in zip(names, shape):
         axes = tuple(a for a in (rules.get(name) or ()) if a in mesh_axes and a not in used)
-        size = math.prod(mesh_axes[a] for a in axes)
-        if not axes or dim % size:  # replicate what cannot be split evenly
+        # the longest prefix of the rule's axes that divides the dimension; none of them: replicate
+        while axes and dim % math.prod(mesh_axes[a] for a in axes):
+            axes = axes[:-1]
+        if not axes:
             spec.append(None)
             continue
         used.update(axes)
@@ -202,7 +204,7 @@ def shard(x: jax.Array, names: tuple) -> jax.Array:
         return x
     return jax.lax.with_sharding_constraint(x, logical_to_mesh(names, x.shape, dict(mesh.shape)))
 
-# %% ../../nbs/10_model.ipynb #04ac5c22
+# %% ../../nbs/10_model.ipynb #88602488
 class RMSNorm(nnx.Module):
     """Root-mean-square norm over the last axis; `zero_centered` multiplies by (1 + scale)."""
 
@@ -218,7 +220,7 @@ class RMSNorm(nnx.Module):
             return (y * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
         return self.scale[...] * y.astype(x.dtype)  # Llama/Qwen: cast, then scale
 
-# %% ../../nbs/10_model.ipynb #66503365
+# %% ../../nbs/10_model.ipynb #c4c2f565
 def rope_frequencies(head_dim: int, theta: float, scaling: Optional[RopeScaling] = None) -> np.ndarray:
     """Angular frequency per rotated pair, float64 [H/2]."""
     freqs = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
@@ -242,7 +244,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, freqs: np.ndarray) -> jax.Arr
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
-# %% ../../nbs/10_model.ipynb #43073a58
+# %% ../../nbs/10_model.ipynb #4ac4dad1
 @struct.dataclass
 class KVCache:
     """Per-layer key/value buffers k[l], v[l] of shape [B, C, K, H] and the next write slot `index` (int32 [])."""
@@ -252,19 +254,24 @@ class KVCache:
     index: jax.Array
 
     @classmethod
-    def create(cls, cfg: ModelConfig, batch: int, cache_size: int, dtype=None) -> "KVCache":
-        """An empty cache of `cache_size` slots for `batch` rows."""
+    def create(cls, cfg: ModelConfig, batch: int, cache_size: int, dtype=None, mesh=None) -> "KVCache":
+        """An empty cache of `cache_size` slots for `batch` rows, sharded by batch and kv heads when `mesh` is given."""
         dtype = jnp.dtype(dtype or cfg.dtype)
         shape = (batch, cache_size, cfg.num_kv_heads, cfg.head_dim)
         zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-        return cls(k=zeros(), v=zeros(), index=jnp.zeros((), jnp.int32))
+        if mesh is None:
+            return cls(k=zeros(), v=zeros(), index=jnp.zeros((), jnp.int32))
+        spec = logical_to_mesh(("batch", "seq", "kv_heads", "head_dim"), shape, dict(mesh.shape))
+        # built inside jit with out_shardings: each device allocates only its own slice
+        sharded = jax.jit(zeros, out_shardings=NamedSharding(mesh, spec))
+        return cls(k=sharded(), v=sharded(), index=jax.device_put(jnp.zeros((), jnp.int32), NamedSharding(mesh, P())))
 
     @property
     def size(self) -> int:
         """Number of slots C."""
         return self.k[0].shape[1]
 
-# %% ../../nbs/10_model.ipynb #b2ac5d5f
+# %% ../../nbs/10_model.ipynb #ce0fc781
 def make_attention_mask(key_mask: Optional[jax.Array], batch: int, num_queries: int, num_keys: int,
                         start: jax.Array | int = 0) -> jax.Array:
     """Causal ∧ key-valid mask bool [B, T, S] for queries at slots start..start+T-1; key_mask bool [B, S] or None."""
@@ -328,7 +335,7 @@ class Attention(nnx.Module):
         out = jnp.einsum("bkgts,bskh->btkgh", probs, v.astype(q.dtype)).reshape(B, T, K * G, H)
         return self.o_proj(out), kv
 
-# %% ../../nbs/10_model.ipynb #5aa9f061
+# %% ../../nbs/10_model.ipynb #b78ac5a2
 class MLP(nnx.Module):
     """Gated feed-forward: down(act(gate(x)) * up(x)), x [B, T, D] -> [B, T, D]."""
 
@@ -366,7 +373,7 @@ class Block(nnx.Module):
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
         return shard(x, ("batch", "seq", "act_embed")), kv
 
-# %% ../../nbs/10_model.ipynb #5e8e9a66
+# %% ../../nbs/10_model.ipynb #c68fbb95
 class Transformer(nnx.Module):
     """Decoder-only LM: `model(tokens [B,T], positions [B,T], cache, attention_mask) -> (logits f32 [B,T,V], cache)`."""
 
@@ -420,11 +427,11 @@ class Transformer(nnx.Module):
             out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
         return out
 
-    def init_cache(self, batch: int, cache_size: int, dtype=None) -> KVCache:
-        """An empty KVCache for this model."""
-        return KVCache.create(self.config, batch, cache_size, dtype)
+    def init_cache(self, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
+        """An empty KVCache for this model (sharded on `mesh` when given)."""
+        return KVCache.create(self.config, batch, cache_size, dtype, mesh)
 
-# %% ../../nbs/10_model.ipynb #c30762b7
+# %% ../../nbs/10_model.ipynb #54f23d26
 def state_shardings(state: nnx.State, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
     """A tree of NamedSharding matching `state` (abstract or concrete), from each variable's logical names."""
     specs = nnx.get_partition_spec(state)
