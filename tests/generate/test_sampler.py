@@ -1,0 +1,350 @@
+"""The sampler against independent references: a full-recompute loop, a full forward pass, NumPy, HF `generate`."""
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tunix_lit.generate import sampler as sampler_lib
+from tunix_lit.generate.sampler import Sampler, sample_logits
+from tunix_lit.models.tokenizer import CharTokenizer, Tokenizer
+from tunix_lit.models.transformer import ModelConfig, create_model, make_mesh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # hf_fixtures lives beside the model tests
+
+ALPHABET = "0123456789+-*= abcdefghijklmnop"
+PROMPTS = ["12+7=", "hello", "3*4-5=", "a"]
+
+
+class IntTokenizer:
+    """Stand-in tokenizer: text is space-separated ids; pad/bos/eos configurable."""
+
+    def __init__(self, pad_id=0, bos_id=1, eos_id=2):
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.eos_ids = (eos_id,)
+
+    def encode(self, text):
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids):
+        return " ".join(str(int(i)) for i in ids)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.wrap(CharTokenizer(ALPHABET))
+
+
+def make_model(tok, family="tiny-qwen3", seed=0, mesh=None):
+    # untied head: a random tied model just repeats its input token, which would make every check trivial
+    cfg = ModelConfig.from_name(family, vocab_size=tok.vocab_size, tie_embeddings=False)
+    return create_model(cfg, seed=seed, mesh=mesh)
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return make_model(tok)
+
+
+def greedy_reference(model, prompt_ids, max_new_tokens, stop_ids=()):
+    """Greedy by full recompute: no cache, no left padding; the sequence is right-padded to one fixed length,
+    which causality makes invisible to the last real position."""
+    graphdef, state = nnx.split(model)
+    T = len(prompt_ids) + max_new_tokens
+    forward = jax.jit(lambda st, x: nnx.merge(graphdef, st)(x)[0])
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        x = np.zeros((1, T), np.int32)
+        x[0, :len(ids)] = ids
+        ids.append(int(np.argmax(np.asarray(forward(state, x))[0, len(ids) - 1])))
+        if ids[-1] in stop_ids:
+            break
+    return ids[len(prompt_ids):]
+
+
+def full_logprobs(model, prompt, completion):
+    """log_softmax of one full forward pass over prompt + completion, at each completion token."""
+    seq = np.asarray([list(prompt) + list(completion)], np.int32)
+    logits = np.asarray(model(jnp.asarray(seq))[0][0], np.float64)
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    rows = np.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
+    return logp[rows, np.asarray(completion)]
+
+
+@pytest.mark.parametrize("family", ["tiny-qwen3", "tiny-llama3", "tiny-gemma3"])
+def test_greedy_equals_full_recompute_loop(tok, family):
+    """Mixed prompt lengths in one batch; gemma3's 4-slot window is shorter than the sequences."""
+    model = make_model(tok, family)
+    out = Sampler(model, tok).generate([tok.encode(p) for p in PROMPTS], max_new_tokens=10, stop_tokens=[])
+    for prompt, got in zip(out.prompt_tokens, out.tokens):
+        assert list(got) == greedy_reference(model, prompt, 10)
+
+
+def test_greedy_stops_where_the_loop_stops(tok, model):
+    """With a stop token the rows end at the reference's first stop token, and include it."""
+    first = greedy_reference(model, tok.encode(PROMPTS[0]), 6)
+    stop = first[2]  # the third greedy token of the first prompt becomes a stop token
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=6, stop_tokens=[stop, tok.eos_id])
+    for prompt, got, finished in zip(out.prompt_tokens, out.tokens, out.finished):
+        want = greedy_reference(model, prompt, 6, stop_ids=(stop, tok.eos_id))
+        assert list(got) == want
+        assert finished == (want[-1] in (stop, tok.eos_id))
+    assert out.finished[0] and len(out.tokens[0]) == 3
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen3", "gemma3"])
+def test_greedy_equals_transformers_generate(family, tmp_path):
+    """Our loader + sampler against HF greedy `generate` on a tiny random checkpoint of each family."""
+    torch = pytest.importorskip("torch")
+    hf_fixtures = pytest.importorskip("hf_fixtures")
+    loader = pytest.importorskip("tunix_lit.models.loader")
+    hf_model = hf_fixtures.save_hf_checkpoint(family, tmp_path)
+    model = loader.load_hf(tmp_path)
+    vocab = model.config.vocab_size
+    prompts = np.random.default_rng(0).integers(3, vocab, size=(2, 7))  # 7 + 12 slots: past gemma3's window of 4
+    n = 12
+    hf_model.generation_config.eos_token_id = None  # no stopping on either side
+    with torch.no_grad():
+        want = hf_model.generate(input_ids=torch.as_tensor(prompts, dtype=torch.long),
+                                 attention_mask=torch.ones(prompts.shape, dtype=torch.long),
+                                 max_new_tokens=n, do_sample=False, pad_token_id=0)[:, prompts.shape[1]:].numpy()
+    out = Sampler(model, IntTokenizer()).generate(prompts, max_new_tokens=n, stop_tokens=[])
+    np.testing.assert_array_equal(np.stack(out.tokens), want)
+
+
+def test_sampled_logprobs_equal_full_forward_log_softmax(tok, model):
+    """Sampled at T=1.3 with top-k and top-p, the reported log-probs are the raw model's, not the processed ones."""
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=12, temperature=1.3, top_k=12, top_p=0.95, seed=4,
+                              stop_tokens=[])
+    for prompt, toks, lps in zip(out.prompt_tokens, out.tokens, out.logprobs):
+        assert toks.shape == lps.shape == (12,)
+        np.testing.assert_allclose(lps, full_logprobs(model, prompt, toks), atol=2e-4)
+
+
+def _allowed_top_p(logits, top_p):
+    """Ids kept by nucleus sampling (NumPy, float64): sorted by probability, keep while the mass above is < top_p."""
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    above = np.cumsum(p[order]) - p[order]
+    return set(order[above < top_p - 1e-6]), set(order[above < top_p + 1e-6])  # (surely kept, possibly kept)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(5, None), (None, 0.7), (8, 0.5), (1, None), (None, 0.05)])
+def test_top_k_top_p_never_leave_the_allowed_set(top_k, top_p):
+    """4,000 draws per distribution; every draw is in the NumPy-computed set, and (for k > 1) more than one id shows up."""
+    rng = np.random.default_rng(0)
+    for trial in range(3):
+        logits = (rng.normal(size=64) * 2.0).astype(np.float32)
+        many = jnp.asarray(np.tile(logits, (4000, 1)))
+        draws = np.asarray(sample_logits(many, jax.random.key(trial), jnp.float32(1.0), jnp.float32(top_p or 1.0),
+                                         top_k=top_k, use_top_p=top_p is not None))
+        allowed = set(np.argsort(-logits)[:top_k]) if top_k else set(range(64))
+        if top_p is not None:
+            allowed &= _allowed_top_p(logits.astype(np.float64), top_p)[1]
+        assert set(draws.tolist()) <= allowed, sorted(set(draws.tolist()) - allowed)
+        if len(allowed) > 1:
+            assert len(set(draws.tolist())) > 1
+
+
+def test_top_k_in_the_sampler_stays_in_the_models_top_k(tok, model):
+    """The first sampled token of 64 copies of a prompt is always among the full pass's 3 most likely ids."""
+    prompt = tok.encode("12+7=")
+    logits = np.asarray(model(jnp.asarray([prompt]))[0][0, -1])
+    out = Sampler(model, tok)(["12+7="] * 64, max_new_tokens=1, top_k=3, temperature=2.0, seed=0, stop_tokens=[])
+    firsts = {int(t[0]) for t in out.tokens}
+    assert firsts <= set(np.argsort(-logits)[:3]) and len(firsts) > 1
+
+
+def test_left_padding_does_not_change_greedy_output(tok, model):
+    sampler = Sampler(model, tok)
+    alone = sampler(["3*4-5="], max_new_tokens=10, stop_tokens=[]).tokens[0]
+    crowded = sampler(["3*4-5=", "1+2+3+4+5+6+7+8+9="], max_new_tokens=10, stop_tokens=[]).tokens[0]
+    fixed = sampler(["3*4-5="], max_new_tokens=10, stop_tokens=[], max_prompt_length=40).tokens[0]
+    assert list(alone) == list(crowded) == list(fixed)
+
+
+def test_generated_token_equal_to_pad_id_stays_visible(tok, model):
+    """Masks come from lengths: make the pad id a token greedy decoding emits; the output must not change."""
+    prompt = [1] + CharTokenizer(ALPHABET).encode("hello")
+    want = greedy_reference(model, prompt, 8)
+    pad_tok = IntTokenizer(pad_id=want[1], eos_id=-5)  # the second generated token is now the pad id
+    out = Sampler(model, pad_tok).generate([prompt, prompt[:3]], max_new_tokens=8, stop_tokens=[])
+    assert list(out.tokens[0]) == want
+
+
+def test_sharded_sampler_gives_the_tokens_of_one_device(tok):
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices (tests/conftest.py sets 8 fake CPU devices)")
+    mesh = make_mesh(2, 4)
+    single = Sampler(make_model(tok, seed=3), tok)
+    sharded = Sampler(make_model(tok, seed=3, mesh=mesh), tok)
+    assert sharded.state["layers"][0]["mlp"]["gate_proj"]["kernel"][...].sharding.mesh.size == 8
+    for kw in (dict(), dict(temperature=1.0, top_k=6, seed=11)):
+        a = single(PROMPTS, max_new_tokens=10, stop_tokens=[], **kw)
+        b = sharded(PROMPTS, max_new_tokens=10, stop_tokens=[], **kw)
+        for x, y in zip(a.tokens, b.tokens):
+            assert list(x) == list(y), kw
+
+
+def test_compile_count_stays_bounded_across_prompt_lengths(tok, model):
+    """Prompt lengths 1..40 (+BOS) fall in buckets 8, 16, 32, 64: four traces of each function, then none."""
+    sampler = Sampler(model, tok, max_len=128)
+    for n in range(1, 41):
+        sampler(["1" * n, "2" * max(1, n // 3)], max_new_tokens=5 + n % 4)  # 5..8 new tokens: one G bucket (8)
+    assert dict(sampler.traces) == {"prefill": 4, "decode": 4}
+    for n in (5, 13, 29, 2):
+        sampler(["3" * n, "4"], max_new_tokens=6, temperature=0.0)
+    assert dict(sampler.traces) == {"prefill": 4, "decode": 4}
+
+
+def test_temperature_and_top_p_values_do_not_recompile(tok, model):
+    sampler = Sampler(model, tok)
+    sampler(PROMPTS, max_new_tokens=4, temperature=0.5, top_p=0.9)
+    before = dict(sampler.traces)
+    for t, p in ((0.7, 0.8), (1.5, 0.3), (0.1, 0.99)):
+        sampler(PROMPTS, max_new_tokens=4, temperature=t, top_p=p)
+    assert dict(sampler.traces) == before
+
+
+def test_zero_temperature_is_greedy_even_with_top_k_and_top_p(tok, model):
+    sampler = Sampler(model, tok)
+    greedy = sampler(PROMPTS, max_new_tokens=8, stop_tokens=[]).tokens
+    forced = sampler(PROMPTS, max_new_tokens=8, stop_tokens=[], temperature=0.0, top_k=5, top_p=0.5, seed=3).tokens
+    assert all(list(a) == list(b) for a, b in zip(greedy, forced))
+
+
+def test_top_k_alone_samples(tok, model):
+    """Upstream ignores top_k without top_p; here top_k alone samples at temperature 1."""
+    sampler = Sampler(model, tok)
+    greedy = sampler(["12+7="] * 16, max_new_tokens=8, stop_tokens=[]).tokens
+    sampled = sampler(["12+7="] * 16, max_new_tokens=8, stop_tokens=[], top_k=8, seed=0).tokens
+    assert len({tuple(t) for t in sampled}) > 1
+    assert any(list(a) != list(b) for a, b in zip(greedy, sampled))
+
+
+def test_seed_repeats_a_draw_and_no_seed_draws_anew(tok, model):
+    sampler = Sampler(model, tok, seed=0)
+    kw = dict(max_new_tokens=10, temperature=1.0, stop_tokens=[])
+    a, b = sampler(PROMPTS, seed=5, **kw).tokens, sampler(PROMPTS, seed=5, **kw).tokens
+    c, d = sampler(PROMPTS, **kw).tokens, sampler(PROMPTS, **kw).tokens
+    assert all(list(x) == list(y) for x, y in zip(a, b))
+    assert any(list(x) != list(y) for x, y in zip(c, d))
+    again = Sampler(model, tok, seed=0)  # the stream itself is reproducible from the constructor's seed
+    assert all(list(x) == list(y) for x, y in zip(c, again(PROMPTS, **kw).tokens))
+
+
+def test_decode_exits_early_when_every_row_is_done(tok, model):
+    """Call the two compiled functions directly: the loop ends at the slot where the last row stopped."""
+    ids = [tok.encode(p) for p in PROMPTS[:2]]
+    refs = [greedy_reference(model, i, 12) for i in ids]
+    stops = [refs[0][1], refs[1][1]]  # each row's second greedy token stops it (or an earlier one)
+    ends = [min(k for k, t in enumerate(r) if t in stops) for r in refs]
+    graphdef, state = nnx.split(model)
+    P, L = 8, 32
+    stop_ids = np.full(8, -1, np.int32)
+    stop_ids[:2] = stops
+    mode = sampler_lib.SamplingMode(greedy=True)
+    pad = np.array([P - len(i) for i in ids], np.int32)
+    args = (jnp.float32(1.0), jnp.float32(1.0), stop_ids, np.int32(0))
+    prefill = jax.jit(sampler_lib.prefill, static_argnums=0, static_argnames=("buffer_len", "mode", "cache_dtype"))
+    decode = jax.jit(sampler_lib.decode, static_argnums=0, static_argnames="mode")
+    carry = prefill(graphdef, state, sampler_lib.left_pad(ids, P, 0), pad, jax.random.key(0), *args,
+                    buffer_len=L, mode=mode, cache_dtype=jnp.float32)
+    carry = decode(graphdef, state, carry, np.int32(L - 1), jax.random.key(0), *args, mode=mode)
+    assert int(carry.step) == P + max(ends) < L - 1
+    assert bool(np.asarray(carry.done).all())
+    tokens = np.asarray(carry.tokens)
+    for row, ref, end in zip(tokens, refs, ends):
+        assert list(row[P:P + end + 1]) == ref[:end + 1] and (row[P + end + 1:] == 0).all()
+
+
+def test_echo_returns_prompt_then_completion(tok, model):
+    out = Sampler(model, tok)(["12+7=", "a"], max_new_tokens=5, echo=True, stop_tokens=[])
+    plain = Sampler(model, tok)(["12+7=", "a"], max_new_tokens=5, stop_tokens=[])
+    for prompt, e, p, elp, plp in zip(out.prompt_tokens, out.tokens, plain.tokens, out.logprobs, plain.logprobs):
+        assert list(e) == list(prompt) + list(p)
+        assert np.isnan(elp[:len(prompt)]).all() and np.allclose(elp[len(prompt):], plp)
+    assert out.text[0].startswith("12+7=") and out.text[0] == "12+7=" + plain.text[0]
+
+
+def test_text_leaves_out_the_stop_token(tok, model):
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=8)
+    for t, toks, f in zip(out.text, out.tokens, out.finished):
+        assert t == tok.decode(toks[:-1] if f else toks)
+        assert f == (toks[-1] == tok.eos_id)
+
+
+def test_token_api_takes_a_padded_array_and_mask(tok, model):
+    ids = [tok.encode(p) for p in PROMPTS]
+    T = max(map(len, ids))
+    right = np.zeros((len(ids), T), np.int32)
+    mask = np.zeros((len(ids), T), bool)
+    for r, i in enumerate(ids):
+        right[r, :len(i)], mask[r, :len(i)] = i, True
+    sampler = Sampler(model, tok)
+    a = sampler.generate(ids, max_new_tokens=6, stop_tokens=[])
+    b = sampler.generate(right, max_new_tokens=6, stop_tokens=[], prompt_mask=mask)
+    assert all(list(x) == list(y) for x, y in zip(a.tokens, b.tokens))
+
+
+def test_one_new_token(tok, model):
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=1, stop_tokens=[])
+    for prompt, t in zip(out.prompt_tokens, out.tokens):
+        assert list(t) == greedy_reference(model, prompt, 1)
+
+
+def test_new_state_changes_output_without_recompiling(tok, model):
+    sampler = Sampler(model, tok)
+    before_tokens = sampler(PROMPTS, max_new_tokens=6, stop_tokens=[]).tokens
+    traces = dict(sampler.traces)
+    other = make_model(tok, seed=9)
+    sampler.state = nnx.state(other)
+    after = sampler(PROMPTS, max_new_tokens=6, stop_tokens=[])
+    assert dict(sampler.traces) == traces
+    assert any(list(a) != list(b) for a, b in zip(before_tokens, after.tokens))
+    for prompt, t in zip(after.prompt_tokens, after.tokens):
+        assert list(t) == greedy_reference(other, prompt, 6)
+
+
+def test_new_state_of_another_shape_is_rejected(tok, model):
+    sampler = Sampler(model, tok)
+    wider = create_model(ModelConfig.from_name("tiny-qwen3", vocab_size=tok.vocab_size, tie_embeddings=False,
+                                               hidden_dim=256))
+    with pytest.raises(ValueError, match="expected"):
+        sampler.state = nnx.state(wider)
+    deeper = make_model(tok, "tiny-gemma3")
+    with pytest.raises(ValueError, match="same structure"):
+        sampler.state = nnx.state(deeper)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda s: s([]), "prompts is empty"),
+    (lambda s: s.generate([]), "prompt_ids is empty"),
+    (lambda s: s.generate([[1, 4], []]), "prompt 1 has no tokens"),
+    (lambda s: s(["1" * 70], max_new_tokens=8), "a prompt of 71 tokens does not fit the buffer: max_len=64"),
+    (lambda s: s(["1+1="], max_new_tokens=64), "a prompt of 5 tokens does not fit the buffer"),
+    (lambda s: s(["1" * 20], max_prompt_length=16), "a prompt of 21 tokens is longer than max_prompt_length=16"),
+    (lambda s: s(["1+1="], top_p=0.0), "top_p must be in (0, 1], got 0.0"),
+    (lambda s: s(["1+1="], top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+    (lambda s: s(["1+1="], temperature=-0.5), "temperature must be a finite number >= 0 (0 means greedy), got -0.5"),
+    (lambda s: s(["1+1="], temperature=math.nan), "got nan"),
+    (lambda s: s(["1+1="], top_k=0), "top_k must be a positive integer, got 0"),
+    (lambda s: s(["1+1="], max_new_tokens=0), "max_new_tokens must be a positive integer, got 0"),
+    (lambda s: s.generate(np.ones((2, 3)), prompt_mask=np.ones((2, 4))), "must both be [B, T]"),
+])
+def test_bad_input_is_a_value_error_naming_the_value(tok, model, call, message):
+    sampler = Sampler(model, tok, max_len=64)
+    with pytest.raises(ValueError) as err:
+        call(sampler)
+    assert message in str(err.value)
+    assert not sampler.traces  # rejected before anything compiled
+
+
+def test_a_tokenizer_without_the_surface_is_a_type_error(model):
+    with pytest.raises(TypeError, match="lacks"):
+        Sampler(model, object())
