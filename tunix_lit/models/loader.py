@@ -13,6 +13,7 @@ __all__ = ['HF_DEFAULTS', 'HF_MODEL_TYPES', 'TRANSFORMS', 'KEY_MAPS', 'config_fr
 import dataclasses
 import json
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -488,6 +489,10 @@ def save_hf(model: Transformer, path: Union[str, Path], max_shard_size: Union[in
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         _write_checkpoint(tmp, params, shards, cfg, hf_config)
+        umask = os.umask(0o22); os.umask(umask)  # mkdtemp makes 0700; give the result the usual permissions
+        os.chmod(tmp, 0o777 & ~umask)
+        for f in tmp.iterdir():  # safetensors writes its files 0600 too
+            os.chmod(f, 0o666 & ~umask)
         if path.exists():  # the old directory goes only once the new one is complete
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             path.rename(old / path.name)
