@@ -149,13 +149,15 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
 def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, stop_ids, pad_id, *,
            mode: SamplingMode) -> DecodeState:
     """Generate into slots step+1..limit (int32 []) in one `lax.while_loop`, stopping early when every row is done."""
-    model = nnx.merge(graphdef, state)
     B = carry.tokens.shape[0]
 
     def unfinished(c: DecodeState):
         return (c.step < limit) & ~jnp.all(c.done)
 
     def one_token(c: DecodeState) -> DecodeState:
+        # merged inside the loop body (trace-time only): a model rewritten by qwix (LoRA) sets attributes
+        # on its modules while tracing, which NNX allows only at the trace level that created them
+        model = nnx.merge(graphdef, state)
         last = jax.lax.dynamic_slice_in_dim(c.tokens, c.step, 1, axis=1)  # [B, 1]
         mask = jax.lax.dynamic_update_slice_in_dim(c.mask, jnp.ones((B, 1, 1), bool), c.step, axis=2)
         hidden, cache = model(last, (c.step - c.pad)[:, None], c.cache, mask, return_hidden=True)
