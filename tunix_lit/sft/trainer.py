@@ -116,7 +116,8 @@ def shard_batch(batch: dict, mesh: Optional[jax.sharding.Mesh], axes=("data", "f
         return jax.device_put(batch)
     present = tuple(a for a in axes if a in mesh.shape)
     size = math.prod(mesh.shape[a] for a in present)
-    B = np.shape(batch["tokens"])[batch_dim]
+    # other batch formats (DPO's prompt/chosen/rejected) have no "tokens": any array gives the batch size
+    B = np.shape(batch["tokens"] if "tokens" in batch else jax.tree.leaves(batch)[0])[batch_dim]
     if B % size:
         raise ValueError(f"batch size {B} does not split over mesh axes {present} of total size {size}; "
                          f"use a multiple of {size}")
@@ -394,8 +395,7 @@ class PeftTrainer:
         data = eval_data() if callable(eval_data) else eval_data
         sums = None
         for i, batch in enumerate(data):
-            batch = shard_batch(validate_batch(batch, self.config.max_seq_len, where=f"eval batch {i}"),
-                                self.mesh, self.config.data_axes)
+            batch = shard_batch(self._validate(batch, f"eval batch {i}"), self.mesh, self.config.data_axes)
             out = self._eval_step(self._carry[0], self._frozen, batch)
             sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
         if sums is None:
@@ -441,10 +441,14 @@ class PeftTrainer:
             self._checkpointer.close()
 
     # -- internals --------------------------------------------------------------------------------------
+    def _validate(self, batch, where: str) -> dict:
+        """Check one micro-batch; trainers with another batch format (DPO, distillation) override this."""
+        return validate_batch(batch, self.config.max_seq_len, where=where)
+
     def _prepare(self, micro: list) -> dict:
         """Validate each micro-batch, stack them to [A, B, T] when accumulating, and shard the batch dim."""
         where = lambda i: f"batch {self.data_position + i}"
-        micro = [validate_batch(b, self.config.max_seq_len, where=where(i)) for i, b in enumerate(micro)]
+        micro = [self._validate(b, where(i)) for i, b in enumerate(micro)]
         first = {k: np.shape(v) for k, v in micro[0].items()}
         if self._signature is None:
             self._signature = first
