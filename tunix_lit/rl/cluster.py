@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['RoleKey', 'Role', 'RolloutConfig', 'mesh_of', 'place', 'nbytes', 'devices_of', 'Rollout', 'RLCluster']
 
-# %% ../../nbs/21_rl_cluster.ipynb #5fcf0a54
+# %% ../../nbs/21_rl_cluster.ipynb #ff6f40c5
 # Follows upstream Tunix's RLCluster/RLEngine in its roles and its sharing rules. Differs on purpose:
 # the reference of a LoRA actor is the actor's own frozen base (no copy), the trainer never donates
 # buffers another role still reads, and explain() reports where every byte lives. Leaves out: CPU
@@ -26,7 +26,7 @@ from ..generate.sampler import Sampler
 from ..models import transformer as tfm
 from . import common
 
-# %% ../../nbs/21_rl_cluster.ipynb #73d56d65
+# %% ../../nbs/21_rl_cluster.ipynb #b8c84e81
 class Role(str, enum.Enum):
     """The five jobs of an RL run."""
 
@@ -57,7 +57,7 @@ class RolloutConfig:
         if not self.temperature > 0:
             raise ValueError(f"RolloutConfig.temperature must be > 0 for RL rollouts (sampling), got {self.temperature!r}")
 
-# %% ../../nbs/21_rl_cluster.ipynb #91ea99d0
+# %% ../../nbs/21_rl_cluster.ipynb #391af795
 def mesh_of(tree) -> Optional[Mesh]:
     """The mesh the arrays of `tree` (a module or state) live on; None for single-device arrays."""
     state = nnx.state(tree) if isinstance(tree, nnx.Module) else tree
@@ -89,7 +89,7 @@ def devices_of(mesh: Optional[Mesh]) -> list[int]:
 def _same_mesh(a: Optional[Mesh], b: Optional[Mesh]) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and a == b)
 
-# %% ../../nbs/21_rl_cluster.ipynb #ce8f2faa
+# %% ../../nbs/21_rl_cluster.ipynb #692158a7
 @dataclasses.dataclass
 class Rollout:
     """A batch of completions as fixed-width arrays, plus their text."""
@@ -112,7 +112,7 @@ class Rollout:
         return Rollout(cat("prompt_ids"), cat("prompt_mask"), cat("completion_ids"), cat("completion_mask"),
                        cat("logprobs"), [t for p in parts for t in p.text], cat("finished"))
 
-# %% ../../nbs/21_rl_cluster.ipynb #80c928e5
+# %% ../../nbs/21_rl_cluster.ipynb #2ba443b3
 RoleKey = Union[Role, str]
 
 
@@ -136,7 +136,7 @@ def _data_spec(mesh: Optional[Mesh], batch: int, axes=("data", "fsdp")):
         present = present[:-1]
     return NamedSharding(mesh, P(present or None))
 
-# %% ../../nbs/21_rl_cluster.ipynb #3cd76259
+# %% ../../nbs/21_rl_cluster.ipynb #7b1afec5
 class RLCluster:
     """The models of an RL run by role, each placed on its mesh, with rollouts, log-probs and weight sync."""
 
@@ -304,6 +304,10 @@ class RLCluster:
     def actor_logps(self, rollout, *, micro_batch_size: Optional[int] = None) -> jax.Array:
         """log π_actor (current weights) of each completion token (float32 [N, T], 0 on pads) on the actor mesh."""
         return self._logps(Role.ACTOR, self.actor, rollout, micro_batch_size)
+
+    def rollout_logps(self, rollout, *, micro_batch_size: Optional[int] = None) -> jax.Array:
+        """log π of each completion token under the rollout's weights (the policy that sampled), at temperature."""
+        return self._logps(Role.ROLLOUT, self.rollout.model, rollout, micro_batch_size)
 
     def _logps(self, role, model, rollout, micro_batch_size) -> jax.Array:
         graphdef, state = nnx.split(model)

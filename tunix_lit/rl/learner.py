@@ -7,7 +7,7 @@ __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_si
            'compute_rewards', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult', 'RLLearner',
            'repeat_rows']
 
-# %% ../../nbs/31_rl_learner.ipynb #58103ccf
+# %% ../../nbs/31_rl_learner.ipynb #a4332289
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
 # thread with a bounded queue, μ passes per mini-batch and one sync per global step. Differs on
 # purpose: max_steps and eval_every_n_steps count global steps; rollouts use keys derived from
@@ -35,7 +35,7 @@ from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..sft import trainer as sft
 
-# %% ../../nbs/31_rl_learner.ipynb #407211cb
+# %% ../../nbs/31_rl_learner.ipynb #150beaa1
 @dataclasses.dataclass(frozen=True)
 class RLTrainingConfig:
     """Sizes and schedule of an RL run: the batch cascade (in prompts), steps, eval, logs, checkpoints."""
@@ -106,7 +106,7 @@ def resolve_batch_sizes(cfg: RLTrainingConfig) -> BatchSizes:
                              f"choose a {small_name} that divides {big}")
     return BatchSizes(full, mini, micro, rollout, logps)
 
-# %% ../../nbs/31_rl_learner.ipynb #821ca0f3
+# %% ../../nbs/31_rl_learner.ipynb #edcc39aa
 class RewardError(RuntimeError):
     """A reward function raised or returned something unusable."""
 
@@ -153,7 +153,7 @@ def compute_rewards(reward_fns: Sequence[Callable], prompts, completions, column
     metrics["rewards/nonfinite"] = float((~np.isfinite(total)).sum())
     return total, metrics
 
-# %% ../../nbs/31_rl_learner.ipynb #1cbbc6bd
+# %% ../../nbs/31_rl_learner.ipynb #56c9c9f0
 EXAMPLE_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
                   "ref_logps", "returns", "old_values")
 
@@ -241,7 +241,7 @@ class RLTrainer(sft.PeftTrainer):
         spec = P(*([None] * stacked), present or None)
         return jax.device_put(batch, NamedSharding(self.mesh, spec))
 
-# %% ../../nbs/31_rl_learner.ipynb #80cdc12c
+# %% ../../nbs/31_rl_learner.ipynb #1ea7c8cf
 @dataclasses.dataclass
 class RLResult:
     """How `train` ended."""
@@ -362,14 +362,18 @@ class RLLearner:
     def _produce(self, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event) -> None:
         """Producer thread: for each global step, wait for the sync, then emit its train micro-batches."""
         s, step, position = self.sizes, self.step, self.data_position
-        micro_rows = s.train_micro * self.num_generations
+        needed = s.full // s.train_micro  # train micro-batches per global step
         try:
             while not stop.is_set():
                 may_start.acquire()
                 if stop.is_set():
                     return
-                t0, metrics, chunks, buffered, emitted = time.perf_counter(), [], 0, [], 0
-                for chunk in range(s.full // s.service):
+                self.start_step(step)
+                t0, metrics, emitted = time.perf_counter(), [], 0
+                for chunk in itertools.count():
+                    # a filtering algorithm (dynamic sampling) may need extra chunks to fill the step
+                    if emitted >= needed or chunk >= s.full // s.service + self.extra_chunks():
+                        break
                     batch = list(itertools.islice(rows, s.service))
                     if len(batch) < s.service:
                         _put(q, _DONE, stop)
@@ -377,7 +381,7 @@ class RLLearner:
                     position += len(batch)
                     micro, m = self.make_experience(batch, step, chunk)
                     metrics.append(m)
-                    for mb in micro:
+                    for mb in micro[:needed - emitted]:
                         if stop.is_set():
                             return
                         _put(q, ("micro", mb), stop)
@@ -385,9 +389,17 @@ class RLLearner:
                 step += 1
                 summary = _mean_metrics(metrics)
                 summary["time/experience_s"] = time.perf_counter() - t0
-                _put(q, ("end", {"data_position": position, "metrics": summary, "micro_batches": emitted}), stop)
+                summary["micro_batches/missing"] = float(needed - emitted)
+                _put(q, ("end", {"data_position": position, "metrics": summary}), stop)
         except BaseException as err:  # handed to the main thread, which raises it with this traceback
             _put(q, _Failed(err), stop)
+
+    def start_step(self, step: int) -> None:
+        """Called by the producer before a global step's first chunk (algorithms reset per-step state here)."""
+
+    def extra_chunks(self) -> int:
+        """Service chunks a step may draw beyond Bf/service when the algorithm filters rows (0 = never)."""
+        return 0
 
     def _consume_step(self, q: queue.Queue) -> Optional[dict]:
         """Train on one global step's micro-batches: μ updates per mini-batch, then sync; None at end of data."""
@@ -410,7 +422,7 @@ class RLLearner:
                     pending = []
                     t_update += time.perf_counter() - t0
                 continue
-            # "end": the step's experience is complete
+            # "end": the step's experience is complete; a partial mini-batch (dynamic sampling ran dry) is dropped
             t0 = time.perf_counter()
             rows = self.trainer.pop_metrics()  # waits for the updates; raises on a NaN loss
             self.trainer._sync()
@@ -419,7 +431,7 @@ class RLLearner:
             metrics = dict(payload["metrics"])
             metrics.update({f"actor/{k}": v for k, v in _mean_metrics(rows).items()})
             metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
-                            "actor/updates": float(len(rows))})
+                            "actor/updates": float(len(rows)), "micro_batches/dropped": float(len(pending))})
             return {"data_position": payload["data_position"], "metrics": metrics}
 
     # -- eval and checkpoints -----------------------------------------------------------------------------
