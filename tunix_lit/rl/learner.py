@@ -7,7 +7,7 @@ __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_si
            'compute_rewards', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult', 'RLLearner',
            'repeat_rows']
 
-# %% ../../nbs/31_rl_learner.ipynb #a4332289
+# %% ../../nbs/31_rl_learner.ipynb #826ef210
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
 # thread with a bounded queue, μ passes per mini-batch and one sync per global step. Differs on
 # purpose: max_steps and eval_every_n_steps count global steps; rollouts use keys derived from
@@ -35,7 +35,7 @@ from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..sft import trainer as sft
 
-# %% ../../nbs/31_rl_learner.ipynb #150beaa1
+# %% ../../nbs/31_rl_learner.ipynb #0845b58b
 @dataclasses.dataclass(frozen=True)
 class RLTrainingConfig:
     """Sizes and schedule of an RL run: the batch cascade (in prompts), steps, eval, logs, checkpoints."""
@@ -106,7 +106,7 @@ def resolve_batch_sizes(cfg: RLTrainingConfig) -> BatchSizes:
                              f"choose a {small_name} that divides {big}")
     return BatchSizes(full, mini, micro, rollout, logps)
 
-# %% ../../nbs/31_rl_learner.ipynb #edcc39aa
+# %% ../../nbs/31_rl_learner.ipynb #25247139
 class RewardError(RuntimeError):
     """A reward function raised or returned something unusable."""
 
@@ -153,7 +153,7 @@ def compute_rewards(reward_fns: Sequence[Callable], prompts, completions, column
     metrics["rewards/nonfinite"] = float((~np.isfinite(total)).sum())
     return total, metrics
 
-# %% ../../nbs/31_rl_learner.ipynb #56c9c9f0
+# %% ../../nbs/31_rl_learner.ipynb #7deb402b
 EXAMPLE_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
                   "ref_logps", "returns", "old_values")
 
@@ -216,6 +216,12 @@ class RLTrainer(sft.PeftTrainer):
         self._carry = self._place((state, rng, jnp.zeros((), bool)))
         self.step = step
 
+    def _place(self, carry):
+        """Commit every carry leaf to a device (the step's outputs are committed: otherwise a second compile)."""
+        if self.mesh is None:
+            return jax.device_put(carry, jax.devices()[0])
+        return super()._place(carry)
+
     def _prepare(self, micro: list) -> dict:
         keys = sorted(micro[0])
         shapes = {k: np.shape(micro[0][k]) for k in keys}
@@ -241,7 +247,7 @@ class RLTrainer(sft.PeftTrainer):
         spec = P(*([None] * stacked), present or None)
         return jax.device_put(batch, NamedSharding(self.mesh, spec))
 
-# %% ../../nbs/31_rl_learner.ipynb #1ea7c8cf
+# %% ../../nbs/31_rl_learner.ipynb #25a24a44
 @dataclasses.dataclass
 class RLResult:
     """How `train` ended."""
