@@ -1,0 +1,147 @@
+"""RLCluster: placement, sharing, rollouts as arrays, log-probs vs an independent full forward, weight sync."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from tunix_lit.data import arith
+from tunix_lit.models import tiny
+from tunix_lit.rl.cluster import RLCluster, Role, RolloutConfig
+from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
+from tunix_lit.rl.learner import RLTrainingConfig
+from tunix_lit.sft import lora
+
+ROLL = RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0)
+
+
+def meshes():
+    devs = np.asarray(jax.devices())
+    a = jax.sharding.Mesh(devs[:4].reshape(2, 2), ("fsdp", "tp"))
+    b = jax.sharding.Mesh(devs[4:].reshape(2, 2), ("fsdp", "tp"))
+    return a, b
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def one_grpo_step(cluster, steps=1):
+    learner = GRPOLearner(cluster, optax.adam(1e-2), RLTrainingConfig(batch_size=4, max_steps=steps, progress_bar=False),
+                          GRPOConfig(num_generations=2, beta=0.04 if cluster.reference is not None else 0.0),
+                          reward_fns=[arith.reward])
+    learner.train(arith.sample(arith.ArithConfig(), 16, "train", seed=1))
+    return learner
+
+
+@pytest.mark.parametrize("use_lora", [False, True])
+@pytest.mark.parametrize("apart", [False, True])
+def test_after_a_step_rollout_equals_actor_and_reference_is_unchanged(apart, use_lora):
+    mesh_a, mesh_b = meshes()
+    model, tok = tiny.load(mesh_a)
+    if use_lora:
+        model = lora.apply_lora(model, rank=4, alpha=8.0)
+    cluster = RLCluster(model, tok, reference="actor", rollout_config=ROLL,
+                        meshes={"actor": mesh_a, "rollout": mesh_b} if apart else mesh_a)
+    assert cluster.colocated is not apart
+    ref_before = leaves(nnx.state(cluster.reference))
+    actor_before = leaves(nnx.state(cluster.actor, cluster.trainable))
+    learner = one_grpo_step(cluster)
+    actor = nnx.state(learner.trainer.model)
+    rollout = cluster.rollout.state
+    assert any(not np.array_equal(a, b) for a, b in zip(actor_before, leaves(nnx.state(cluster.actor, cluster.trainable))))
+    for a, b in zip(jax.tree.leaves(actor), jax.tree.leaves(rollout)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        if apart:  # the rollout copy lives on the other mesh
+            assert {d.id for d in b.sharding.device_set} <= {4, 5, 6, 7}
+    for a, b in zip(ref_before, leaves(nnx.state(cluster.reference))):
+        np.testing.assert_array_equal(a, b)
+    if apart:
+        expect = sum(x.nbytes for x in jax.tree.leaves(nnx.state(cluster.actor, cluster.trainable)))
+        assert cluster.synced_bytes == expect  # one sync moved exactly the trainable bytes
+    else:
+        assert cluster.synced_bytes == 0
+
+
+def test_lora_reference_shares_the_actor_base_and_explain_says_so():
+    mesh_a, _ = meshes()
+    base, tok = tiny.load(mesh_a)
+    actor = lora.apply_lora(base, rank=4, alpha=8.0)
+    # a separate reference equal to the base: its copy is dropped for the actor's arrays
+    reference, _ = tiny.load(mesh_a)
+    cluster = RLCluster(actor, tok, reference=reference, rollout_config=ROLL, meshes=mesh_a)
+    actor_base = {p: v.get_value() for p, v in nnx.to_flat_state(nnx.state(actor, lora.BASE_WEIGHTS))}
+    for p, v in nnx.to_flat_state(nnx.state(cluster.reference, nnx.Param)):
+        assert v.get_value() is actor_base[p]
+    text = cluster.explain()
+    assert "reference+actor" in text and "0 bytes move" in text
+    assert cluster.donate_actor is False  # the colocated rollout reads the adapters
+
+
+def test_a_different_reference_is_not_shared():
+    mesh_a, _ = meshes()
+    base, tok = tiny.load(mesh_a)
+    actor = lora.apply_lora(base, rank=4, alpha=8.0)
+    other = nnx.clone(tiny.load(mesh_a)[0])
+    nnx.update(other, jax.tree.map(lambda x: x * 1.01, nnx.state(other, nnx.Param)))
+    cluster = RLCluster(actor, tok, reference=other, rollout_config=ROLL, meshes=mesh_a)
+    assert "reference+actor" not in cluster.shared
+
+
+def test_rollout_arrays_and_logps_match_a_full_forward_in_numpy():
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, reference="actor", rollout_config=ROLL)
+    ro = cluster.generate(["12+34=", "7+8=", "99+1="], seed=3)
+    P, T = ROLL.max_prompt_length, ROLL.max_new_tokens
+    assert ro.prompt_ids.shape == (3, P) and ro.completion_ids.shape == (3, T)
+    for i in range(3):
+        n = int(ro.completion_mask[i].sum())
+        assert (ro.completion_mask[i, :n] == 1).all() and (ro.completion_mask[i, n:] == 0).all()
+        if ro.finished[i]:  # the stop token is a trained token, the last one
+            assert ro.completion_ids[i, n - 1] == tok.eos_id
+    ref = np.asarray(cluster.reference_logps(ro))
+    # independent: run the unpadded sequence through the model, log-softmax in NumPy, pick each token
+    for i in range(3):
+        prompt = ro.prompt_ids[i][ro.prompt_mask[i] == 1]
+        n = int(ro.completion_mask[i].sum())
+        seq = np.concatenate([prompt, ro.completion_ids[i, :n]])
+        logits, _ = model(jnp.asarray(seq[None]), None, None, None)
+        logits = np.asarray(logits[0], np.float64)
+        logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+        want = [logp[len(prompt) - 1 + t, seq[len(prompt) + t]] for t in range(n)]
+        np.testing.assert_allclose(ref[i, :n], want, atol=1e-4)
+        assert (ref[i, n:] == 0).all()
+    np.testing.assert_allclose(ref, ro.logprobs, atol=2e-4)  # the sampler's own record agrees
+
+
+def test_generation_is_reproducible_by_seed_and_varies_by_call():
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=ROLL)
+    a = cluster.generate(["12+34="] * 8, seed=5)
+    b = cluster.generate(["12+34="] * 8, seed=5)
+    np.testing.assert_array_equal(a.completion_ids, b.completion_ids)
+    c, d = cluster.generate(["12+34="] * 8), cluster.generate(["12+34="] * 8)
+    assert not np.array_equal(c.completion_ids, d.completion_ids)
+
+
+def test_bad_configuration_errors():
+    mesh_a, _ = meshes()
+    model, tok = tiny.load()
+    with pytest.raises(ValueError, match="unknown role 'actr'"):
+        RLCluster(model, tok, meshes={"actr": mesh_a})
+    with pytest.raises(ValueError, match="no critic model"):
+        RLCluster(model, tok, meshes={"critic": mesh_a})
+    with pytest.raises(ValueError, match="reference must be"):
+        RLCluster(model, tok, reference="base")
+    with pytest.raises(TypeError, match="nnx.Module"):
+        RLCluster("model", tok)
+    cluster = RLCluster(model, tok, rollout_config=ROLL)
+    with pytest.raises(ValueError, match="max_prompt_length=8"):
+        cluster.generate(["1" * 12])
+    with pytest.raises(ValueError, match="no reference model"):
+        cluster.reference_logps(cluster.generate(["1+1="]))
+    with pytest.raises(ValueError, match="no critic role"):
+        cluster.mesh(Role.CRITIC)
+    with pytest.raises(ValueError, match="temperature"):
+        RolloutConfig(temperature=0)
