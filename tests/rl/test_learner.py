@@ -39,6 +39,7 @@ def make(cfg=None, algo=None, reward_fns=(arith.reward,), reference=None):
     (dict(batch_size=32, mini_batch_size=8, train_micro_batch_size=4, logps_micro_batch_size=3), "logps_micro_batch_size=3"),
     (dict(batch_size=32, mini_batch_size=12), "mini_batch_size=12"),
     (dict(batch_size=8, mini_batch_size=8, train_micro_batch_size=3), "train_micro_batch_size=3"),
+    (dict(batch_size=4, train_micro_batch_size=4, rollout_micro_batch_size=2, logps_micro_batch_size=2), "lcm"),
 ])
 def test_batch_sizes_that_do_not_divide_fail_naming_both(sizes, bad):
     with pytest.raises(ValueError, match=bad):
@@ -65,6 +66,13 @@ def test_updates_per_step_follow_mini_batches_and_mu():
     assert result.step == 2 and learner.data_position == 8
     assert learner.trainer.step == 2 * (4 // 2) * 2  # steps × mini-batches × μ
     assert learner.trainer._train_step._cache_size() == 1  # fixed shapes: one compile
+
+
+def test_a_step_whose_prompts_run_out_is_not_trained_at_all():
+    cfg = rl.RLTrainingConfig(batch_size=8, mini_batch_size=4, max_steps=5, progress_bar=False)
+    learner = make(cfg)
+    result = learner.train(DATA[:14])  # one full step of 8, then 6 left: not a step
+    assert result.stop_reason == "data_exhausted" and result.step == 1 and learner.trainer.step == 2
 
 
 def test_mu_greater_than_one_uses_old_logps_from_the_rollout_weights():

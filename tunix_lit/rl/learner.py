@@ -7,7 +7,7 @@ __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_si
            'compute_rewards', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult', 'RLLearner',
            'repeat_rows']
 
-# %% ../../nbs/31_rl_learner.ipynb #826ef210
+# %% ../../nbs/31_rl_learner.ipynb #5860f02a
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
 # thread with a bounded queue, μ passes per mini-batch and one sync per global step. Differs on
 # purpose: max_steps and eval_every_n_steps count global steps; rollouts use keys derived from
@@ -35,7 +35,7 @@ from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..sft import trainer as sft
 
-# %% ../../nbs/31_rl_learner.ipynb #0845b58b
+# %% ../../nbs/31_rl_learner.ipynb #4a42665d
 @dataclasses.dataclass(frozen=True)
 class RLTrainingConfig:
     """Sizes and schedule of an RL run: the batch cascade (in prompts), steps, eval, logs, checkpoints."""
@@ -47,22 +47,21 @@ class RLTrainingConfig:
     logps_micro_batch_size: Optional[int] = None  # prompts per log-prob forward; None = train_micro_batch_size
     max_steps: int = 100  # global steps (each: Bf prompts, (Bf/mini)·μ optimizer updates, one weight sync)
     eval_every_n_steps: Optional[int] = None  # global steps between evaluations; None = never during training
-    log_every_n_steps: int = 1  # global steps between host reads of the trainer's metrics
     checkpoint_dir: Optional[str] = None
     save_every_n_steps: int = 50  # global steps between checkpoints (the last step is always saved)
     max_to_keep: int = 3
     resume: bool = True  # restore the newest good checkpoint in checkpoint_dir first
     log_dir: Optional[str] = None  # metrics.jsonl and TensorBoard event files
-    seed: int = 0  # the trainer's RNG and the rollout keys
+    seed: int = 0  # the trainer's RNG (rollout keys come from RolloutConfig.seed, the step and the chunk)
     queue_size: int = 4  # train micro-batches the producer may run ahead of the trainer
     progress_bar: bool = True
 
     def __post_init__(self):
         for name in ("batch_size", "mini_batch_size", "train_micro_batch_size", "rollout_micro_batch_size",
-                     "logps_micro_batch_size", "max_steps", "eval_every_n_steps", "log_every_n_steps",
+                     "logps_micro_batch_size", "max_steps", "eval_every_n_steps",
                      "save_every_n_steps", "max_to_keep", "queue_size"):
             v = getattr(self, name)
-            if v is None and name not in ("batch_size", "max_steps", "log_every_n_steps", "save_every_n_steps",
+            if v is None and name not in ("batch_size", "max_steps", "save_every_n_steps",
                                           "max_to_keep", "queue_size"):
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -104,9 +103,13 @@ def resolve_batch_sizes(cfg: RLTrainingConfig) -> BatchSizes:
         if small > big or big % small:
             raise ValueError(f"{big_name}={big} must be a multiple of {small_name}={small} (sizes count prompts); "
                              f"choose a {small_name} that divides {big}")
+    service = math.lcm(rollout, logps)
+    if service % micro:  # experience is produced per service chunk and cut into whole train micro-batches
+        raise ValueError(f"lcm(rollout_micro_batch_size={rollout}, logps_micro_batch_size={logps})={service} must be "
+                         f"a multiple of train_micro_batch_size={micro}; raise the rollout or log-prob micro size")
     return BatchSizes(full, mini, micro, rollout, logps)
 
-# %% ../../nbs/31_rl_learner.ipynb #25247139
+# %% ../../nbs/31_rl_learner.ipynb #9b3d09be
 class RewardError(RuntimeError):
     """A reward function raised or returned something unusable."""
 
@@ -153,7 +156,7 @@ def compute_rewards(reward_fns: Sequence[Callable], prompts, completions, column
     metrics["rewards/nonfinite"] = float((~np.isfinite(total)).sum())
     return total, metrics
 
-# %% ../../nbs/31_rl_learner.ipynb #7deb402b
+# %% ../../nbs/31_rl_learner.ipynb #578d2299
 EXAMPLE_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
                   "ref_logps", "returns", "old_values")
 
@@ -247,7 +250,7 @@ class RLTrainer(sft.PeftTrainer):
         spec = P(*([None] * stacked), present or None)
         return jax.device_put(batch, NamedSharding(self.mesh, spec))
 
-# %% ../../nbs/31_rl_learner.ipynb #25a24a44
+# %% ../../nbs/31_rl_learner.ipynb #0a2a1978
 @dataclasses.dataclass
 class RLResult:
     """How `train` ended."""
@@ -376,15 +379,22 @@ class RLLearner:
                     return
                 self.start_step(step)
                 t0, metrics, emitted = time.perf_counter(), [], 0
+                step_rows = list(itertools.islice(rows, s.full))  # all of the step's prompts, or none trained
+                if len(step_rows) < s.full:
+                    _put(q, _DONE, stop)
+                    return
+                position += s.full
                 for chunk in itertools.count():
-                    # a filtering algorithm (dynamic sampling) may need extra chunks to fill the step
+                    # a filtering algorithm (dynamic sampling) may draw extra chunks to fill the step
                     if emitted >= needed or chunk >= s.full // s.service + self.extra_chunks():
                         break
-                    batch = list(itertools.islice(rows, s.service))
-                    if len(batch) < s.service:
-                        _put(q, _DONE, stop)
-                        return
-                    position += len(batch)
+                    if chunk < s.full // s.service:
+                        batch = step_rows[chunk * s.service:(chunk + 1) * s.service]
+                    else:
+                        batch = list(itertools.islice(rows, s.service))
+                        if len(batch) < s.service:  # the data ran out while refilling: train what we have
+                            break
+                        position += len(batch)
                     micro, m = self.make_experience(batch, step, chunk)
                     metrics.append(m)
                     for mb in micro[:needed - emitted]:
