@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sft_step import build_model, env_info, LORA_TARGETS  # noqa: E402  (same model flags and builder)
+from sft_step import add_model_args, build_model, env_info, LORA_TARGETS  # noqa: E402  (same model flags and builder)
 
 PAD_ID, BOS_ID, EOS_ID, FIRST_FREE_ID = 0, 1, 2, 3
 
@@ -52,17 +52,7 @@ def even_fraction_reward(prompts, completions, **kwargs):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arch", default="qwen3", choices=["qwen3", "llama3", "gemma3"])
-    p.add_argument("--num-layers", type=int, default=4)
-    p.add_argument("--embed-dim", type=int, default=256)
-    p.add_argument("--hidden-dim", type=int, default=1024)
-    p.add_argument("--num-heads", type=int, default=4)
-    p.add_argument("--num-kv-heads", type=int, default=4)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--tied-embedding", type=int, default=1, help="1/0")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--seed", type=int, default=0)
+    add_model_args(p)
     p.add_argument("--batch", type=int, default=8, help="prompts per global step")
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--prompt-len", type=int, default=32)

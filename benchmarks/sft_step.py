@@ -23,9 +23,8 @@ import sys
 import time
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # model flags: the same names and defaults as the peer's peer_common.add_model_args
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model flags: the same names and defaults as the peer's peer_common.add_model_args."""
     p.add_argument("--arch", default="qwen3", choices=["qwen3", "llama3", "gemma3"])
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--embed-dim", type=int, default=256)
@@ -37,6 +36,11 @@ def parse_args(argv=None):
     p.add_argument("--tied-embedding", type=int, default=1, help="1/0")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--seed", type=int, default=0)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_args(p)
     # bench flags (peer's) and ours
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
