@@ -13,7 +13,7 @@ __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_si
 # purpose: max_steps and eval_every_n_steps count global steps; rollouts use keys derived from
 # (seed, step), so a resumed run samples exactly what the uninterrupted one did; a reward function
 # that fails is named with the prompt it failed on; NaN rewards are excluded and counted.
-# Leaves out: sequence packing, the critic-trainer schedule (chapter 33 adds it).
+# Leaves out: sequence packing. Chapter 33 adds a critic trainer to `trainers`.
 import dataclasses
 import inspect
 import itertools
@@ -289,6 +289,7 @@ class RLLearner:
         self.metric_fns = list(metric_fns)
         self.trainer = RLTrainer(cluster.actor, optimizer, loss_fn=self.loss_fn, accumulation=self.sizes.accumulation,
                                  mesh=cluster.mesh(Role.ACTOR), donate=cluster.donate_actor, seed=config.seed)
+        self.trainers = {"actor": self.trainer}  # name -> RLTrainer, each updated on every mini-batch
         self.step = 0  # global steps done
         self.data_position = 0  # dataset rows consumed
         self.metrics = sft.MetricsLog(config.log_dir)
@@ -434,20 +435,23 @@ class RLLearner:
                 if len(pending) == A:
                     t0 = time.perf_counter()
                     for _ in range(mu):
-                        self.trainer.update(pending)
+                        for trainer in self.trainers.values():
+                            trainer.update(pending)
                     pending = []
                     t_update += time.perf_counter() - t0
                 continue
             # "end": the step's experience is complete; a partial mini-batch (dynamic sampling ran dry) is dropped
             t0 = time.perf_counter()
-            rows = self.trainer.pop_metrics()  # waits for the updates; raises on a NaN loss
-            self.trainer._sync()
+            rows = {name: t.pop_metrics() for name, t in self.trainers.items()}  # waits; raises on a NaN loss
+            for trainer in self.trainers.values():
+                trainer._sync()
             synced = self.cluster.sync_weights()
             t_sync = time.perf_counter() - t0
             metrics = dict(payload["metrics"])
-            metrics.update({f"actor/{k}": v for k, v in _mean_metrics(rows).items()})
+            for name, r in rows.items():
+                metrics.update({f"{name}/{k}": v for k, v in _mean_metrics(r).items()})
             metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
-                            "actor/updates": float(len(rows)), "micro_batches/dropped": float(len(pending))})
+                            "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending))})
             return {"data_position": payload["data_position"], "metrics": metrics}
 
     # -- eval and checkpoints -----------------------------------------------------------------------------
