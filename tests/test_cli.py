@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,10 +58,17 @@ def test_bad_values_are_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_train_is_not_a_command_yet(capsys):
+def test_train_with_a_missing_recipe_is_a_usage_error(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "recipe.yaml"])
-    assert exit_info.value.code == 2 and "invalid choice: 'train'" in capsys.readouterr().err
+        main(["train", str(tmp_path / "nope.yaml")])
+    assert exit_info.value.code == 2 and "no recipe file" in capsys.readouterr().err
+
+
+def test_train_with_a_bad_override_is_a_usage_error(capsys):
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "grpo_tiny.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", recipe, "training.max_steps"])
+    assert exit_info.value.code == 2 and "section.key=value" in capsys.readouterr().err
 
 
 def test_console_script_runs_as_a_module_entry_point():
