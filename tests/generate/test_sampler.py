@@ -348,3 +348,26 @@ def test_bad_input_is_a_value_error_naming_the_value(tok, model, call, message):
 def test_a_tokenizer_without_the_surface_is_a_type_error(model):
     with pytest.raises(TypeError, match="lacks"):
         Sampler(model, object())
+
+
+def test_inverse_cdf_draws_follow_the_softmax_probabilities():
+    """200,000 draws from a 16-way distribution: every frequency within 5 standard errors of its NumPy softmax."""
+    from tunix_lit.generate.sampler import categorical_by_cdf
+
+    logits = np.random.default_rng(3).normal(size=16).astype(np.float32) * 2.0
+    p = np.exp(logits.astype(np.float64) - logits.max())
+    p /= p.sum()
+    n = 200_000
+    draws = np.asarray(categorical_by_cdf(jax.random.key(0), jnp.asarray(np.tile(logits, (n, 1)))))
+    freq = np.bincount(draws, minlength=16) / n
+    assert (np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9).all(), (freq, p)
+
+
+def test_inverse_cdf_never_draws_an_impossible_id():
+    """Ids with logit -inf (top-k/top-p cut, or masked) are never drawn, even at the ends of the row."""
+    from tunix_lit.generate.sampler import categorical_by_cdf
+
+    logits = np.full((50_000, 12), -np.inf, np.float32)
+    logits[:, 3:5] = [0.0, 30.0]  # nearly all mass on id 4, the last possible one
+    draws = np.asarray(categorical_by_cdf(jax.random.key(1), jnp.asarray(logits)))
+    assert set(draws.tolist()) <= {3, 4}
