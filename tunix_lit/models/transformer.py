@@ -350,9 +350,12 @@ class MLP(nnx.Module):
         self.activation = nnx.static(cfg.activation)
 
     def __call__(self, x):
+        # as one [B·T, D] matrix: XLA:CPU computes the weight gradient of a 2-D matmul about 3x faster
+        lead = x.shape[:-1]
+        x = x.reshape(-1, x.shape[-1])
         gate = self.gate_proj(x)
         gate = jax.nn.silu(gate) if self.activation == "silu" else jax.nn.gelu(gate, approximate=True)
-        return self.down_proj(gate * self.up_proj(x))
+        return self.down_proj(gate * self.up_proj(x)).reshape(*lead, -1)
 
 
 class Block(nnx.Module):
@@ -423,8 +426,9 @@ class Transformer(nnx.Module):
     def logits(self, x: jax.Array) -> jax.Array:
         """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]."""
         cfg = self.config
+        lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
         out = self.embedder.attend(x) if cfg.tie_embeddings else self.lm_head(x)
-        out = out.astype(jnp.float32)
+        out = out.reshape(*lead, -1).astype(jnp.float32)
         if cfg.final_logit_softcap:
             out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
         return out
