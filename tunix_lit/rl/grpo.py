@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['GRPOConfig', 'dapo_config', 'drgrpo_config', 'gspo_config', 'GRPOLearner']
 
-# %% ../../nbs/32_grpo.ipynb #f67f0267
+# %% ../../nbs/32_grpo.ipynb #b9597dbe
 # Follows upstream Tunix's GRPOLearner/DAPO/Dr.GRPO configs in formulas and defaults where they are
 # sound. Differs on purpose: KL defaults to k3; β = 0 never computes reference log-probs; old
 # log-probs for μ > 1 come from a forward pass of the rollout's weights at temperature (upstream:
@@ -25,7 +25,7 @@ from .cluster import RLCluster, Rollout
 from .learner import RLLearner, RLTrainingConfig, compute_rewards, repeat_rows
 from ..sft.trainer import LossOutput
 
-# %% ../../nbs/32_grpo.ipynb #d60953a3
+# %% ../../nbs/32_grpo.ipynb #47e77091
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """GRPO and its variants: group size, μ, clipping, KL, aggregation, DAPO's extras."""
@@ -90,7 +90,7 @@ def gspo_config(**overrides) -> GRPOConfig:
     """GSPO-token: sequence-level ratio in value, token-level gradient."""
     return GRPOConfig(**{"loss_algo": "gspo-token", **overrides})
 
-# %% ../../nbs/32_grpo.ipynb #cfd35bc5
+# %% ../../nbs/32_grpo.ipynb #1ac0457a
 def _slice(batch: dict, idx) -> dict:
     return {k: v[idx] for k, v in batch.items()}
 
