@@ -187,10 +187,10 @@ def test_train_command_writes_the_run_directory_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_grpo_tiny_raises_heldout_accuracy(tmp_path):
-    """A shorter main job (the full one is in the README): held-out accuracy must rise by 15 points."""
+    """The main job as the README runs it: held-out accuracy must rise by at least 30 points."""
     out = subprocess.run([sys.executable, "-c", "from tunix_lit.cli import main; raise SystemExit(main())", "train", str(ROOT / "recipes" / "grpo_tiny.yaml"),
-                          "training.max_steps=250", "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                          "--run-dir", str(tmp_path / "run"), "--no-progress"],
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["heldout_accuracy_gain"] >= 0.15, summary
+    assert summary["heldout_accuracy_gain"] >= 0.30, summary
