@@ -22,7 +22,7 @@ import optax
 
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
-from .learner import RLLearner, RLTrainingConfig, compute_rewards, repeat_rows
+from .learner import RLLearner, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/32_grpo.ipynb #47e77091
@@ -131,16 +131,14 @@ class GRPOLearner(RLLearner):
             metrics["rewards/overlong_penalty"] = float(np.mean(penalty))
         adv, _ = self._advantages(jnp.asarray(rewards), G)
         adv = np.asarray(adv)
-        keep_groups = np.ones(len(rows), bool)
-        if algo.dynamic_sampling:
-            keep_groups = np.asarray(algo_core.informative_groups(jnp.asarray(rewards), G))
+        informative = np.asarray(algo_core.informative_groups(jnp.asarray(rewards), G))
+        keep_groups = informative if algo.dynamic_sampling else np.ones(len(rows), bool)
         metrics.update({"rewards/mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
                         "rewards/max": float(np.nanmax(rewards)) if np.isfinite(rewards).any() else float("nan"),
                         "rewards/min": float(np.nanmin(rewards)) if np.isfinite(rewards).any() else float("nan"),
                         "completions/mean_length": float(lengths.mean()),
                         "completions/finished": float(ro.finished.mean()),
-                        "groups/zero_variance": float((~np.asarray(algo_core.informative_groups(
-                            jnp.asarray(rewards), G))).sum())})
+                        "groups/zero_variance": float((~informative).sum())})
         batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
                      completion_mask=ro.completion_mask, advantages=adv.astype(np.float32))
         t1 = time.perf_counter()
@@ -180,11 +178,8 @@ class GRPOLearner(RLLearner):
     def loss_fn(self, model, batch, rng):
         """The GRPO-family loss of one micro-batch as a LossOutput (sum over the aggregation's units, their count)."""
         algo = self.algo
-        out = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"],
-                                              batch["completion_ids"], batch["completion_mask"],
-                                              temperature=self.cluster.rollout_config.temperature,
-                                              return_entropy=algo.compute_entropy)
-        logps, entropy = out if algo.compute_entropy else (out, None)
+        logps, entropy = policy_logps(model, batch, temperature=self.cluster.rollout_config.temperature,
+                                      entropy=algo.compute_entropy)
         loss, metrics = self._policy_loss(
             logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
             epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, ref_logps=batch.get("ref_logps"),

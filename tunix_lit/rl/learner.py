@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_sizes', 'RewardError', 'call_reward_fn',
            'compute_rewards', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult', 'RLLearner',
-           'repeat_rows']
+           'policy_logps', 'repeat_rows']
 
 # %% ../../nbs/31_rl_learner.ipynb #5860f02a
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
@@ -178,11 +178,8 @@ class RLTrainer(sft.PeftTrainer):
                  seed: int = 0, trainable: str = "auto"):
         config = sft.TrainingConfig(max_steps=1, gradient_accumulation_steps=accumulation, progress_bar=False,
                                     log_every_n_steps=1, seed=seed)
-        super().__init__(model, optimizer, config, loss_fn=loss_fn, mesh=mesh, trainable=trainable)
-        if not donate:  # another role reads the actor's arrays: new parameters go to new buffers
-            out = None if mesh is None else (jax.tree.map(lambda x: x.sharding, self._carry), None)
-            self._train_step = jax.jit(sft.make_train_step(self._graphdef, loss_fn, self.wrt, accumulation),
-                                       out_shardings=out)
+        # donate=False when another role reads the actor's arrays: new parameters then go to new buffers
+        super().__init__(model, optimizer, config, loss_fn=loss_fn, mesh=mesh, trainable=trainable, donate=donate)
 
     def update(self, micro_batches: Sequence[dict]) -> None:
         """One optimizer update on `accumulation` micro-batches (dicts of [b, ...] arrays); metrics stay on device."""
@@ -219,11 +216,21 @@ class RLTrainer(sft.PeftTrainer):
         self._carry = self._place((state, rng, jnp.zeros((), bool)))
         self.step = step
 
-    def _place(self, carry):
-        """Commit every carry leaf to a device (the step's outputs are committed: otherwise a second compile)."""
-        if self.mesh is None:
-            return jax.device_put(carry, jax.devices()[0])
-        return super()._place(carry)
+    def save_to(self, checkpointer, step: int, data_position: int) -> None:
+        """Write this trainer's parameters, optimizer state, key and update count as `step` of `checkpointer`."""
+        self._sync()
+        checkpointer.save(step, nnx.state(self._model, self.wrt), nnx.state(self._optimizer),
+                          data_position=data_position, rng=self.rng(), kind=self.trainable,
+                          extra={"updates": self.step, "global_step": step})
+
+    def restore_from(self, checkpointer, step: Optional[int] = None):
+        """Load the newest good step (or `step`) of `checkpointer` into this trainer; its record, or None."""
+        self._sync()
+        restored = checkpointer.restore(nnx.state(self._model, self.wrt), nnx.state(self._optimizer), step=step)
+        if restored is not None:
+            self.load(restored.params, restored.opt_state, restored.rng, int(restored.meta.get("updates", 0)))
+            self._sync()
+        return restored
 
     def _prepare(self, micro: list) -> dict:
         keys = sorted(micro[0])
@@ -480,24 +487,16 @@ class RLLearner:
         """Trainable params, optimizer state, trainer key, global step and rows consumed (atomic, keep-N)."""
         if self._checkpointer is None:
             raise ValueError("no checkpoint_dir in the RLTrainingConfig; set one to save checkpoints")
-        t = self.trainer
-        t._sync()
-        self._checkpointer.save(self.step, nnx.state(t._model, t.wrt), nnx.state(t._optimizer),
-                                data_position=self.data_position, rng=t.rng(), kind=t.trainable,
-                                extra={"updates": t.step, "global_step": self.step})
+        self.trainer.save_to(self._checkpointer, self.step, self.data_position)
 
     def restore_checkpoint(self) -> Optional[int]:
         """Load the newest good checkpoint into the actor, optimizer and loop position; its step, or None."""
         if self._checkpointer is None:
             return None
-        t = self.trainer
-        t._sync()
-        restored = self._checkpointer.restore(nnx.state(t._model, t.wrt), nnx.state(t._optimizer))
+        restored = self.trainer.restore_from(self._checkpointer)
         if restored is None:
             return None
-        t.load(restored.params, restored.opt_state, restored.rng, int(restored.meta.get("updates", 0)))
         self.step, self.data_position = restored.step, restored.data_position
-        t._sync()
         self.cluster.sync_weights()  # the rollout must generate with the restored weights
         return restored.step
 
@@ -541,6 +540,13 @@ def _mean_metrics(rows: Sequence[dict]) -> dict:
         vals = [r[k] for r in rows if k in r and r[k] is not None]
         out[k] = float(np.nanmean(vals)) if vals and np.isfinite(vals).any() else float("nan")
     return out
+
+
+def policy_logps(model, batch: dict, *, temperature: float, entropy: bool):
+    """(log-probs [b, T], entropy [b, T] or None) of a train micro-batch's completions under `model`."""
+    out = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+                                          batch["completion_mask"], temperature=temperature, return_entropy=entropy)
+    return out if entropy else (out, None)
 
 
 def repeat_rows(rows: Sequence[dict], G: int) -> tuple[list[str], dict]:

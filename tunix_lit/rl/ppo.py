@@ -29,7 +29,7 @@ from ..models import transformer as tfm
 from . import algo_core, common
 from . import cluster as rl_cluster
 from .cluster import RLCluster, Role
-from .learner import RLLearner, RLTrainer, RLTrainingConfig, compute_rewards, repeat_rows
+from .learner import RLLearner, RLTrainer, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/33_ppo.ipynb #d6897bb2
@@ -234,11 +234,8 @@ class PPOLearner(RLLearner):
     def loss_fn(self, model, batch, rng):
         """The actor's clipped-surrogate loss (+ entropy bonus) of one micro-batch as a LossOutput."""
         algo = self.algo
-        out = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"],
-                                              batch["completion_ids"], batch["completion_mask"],
-                                              temperature=self.cluster.rollout_config.temperature,
-                                              return_entropy=algo.compute_entropy)
-        logps, entropy = out if algo.compute_entropy else (out, None)
+        logps, entropy = policy_logps(model, batch, temperature=self.cluster.rollout_config.temperature,
+                                      entropy=algo.compute_entropy)
         loss, metrics = algo_core.ppo_policy_loss(
             logps, batch["old_logps"], batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
             epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, entropy=entropy,
@@ -259,25 +256,17 @@ class PPOLearner(RLLearner):
     def save_checkpoint(self) -> None:
         """The actor's checkpoint (chapter 31), then the critic's params and optimizer state at the same step."""
         super().save_checkpoint()
-        t = self.critic_trainer
-        t._sync()
-        self._critic_checkpointer.save(self.step, nnx.state(t._model, t.wrt), nnx.state(t._optimizer),
-                                       data_position=self.data_position, rng=t.rng(), kind=t.trainable,
-                                       extra={"updates": t.step, "global_step": self.step})
+        self.critic_trainer.save_to(self._critic_checkpointer, self.step, self.data_position)
 
     def restore_checkpoint(self) -> Optional[int]:
         """Restore the actor (chapter 31) and the critic saved at the same step; its step, or None."""
         step = super().restore_checkpoint()
         if step is None or not hasattr(self, "critic_trainer"):
             return step
-        t = self.critic_trainer
-        t._sync()
         if step not in self._critic_checkpointer.steps():
             raise ValueError(f"the actor's checkpoint of step {step} has no critic checkpoint in "
                              f"{self._critic_checkpointer.directory}; resume needs both")
-        restored = self._critic_checkpointer.restore(nnx.state(t._model, t.wrt), nnx.state(t._optimizer), step=step)
-        t.load(restored.params, restored.opt_state, restored.rng, int(restored.meta.get("updates", 0)))
-        t._sync()
+        self.critic_trainer.restore_from(self._critic_checkpointer, step=step)
         return step
 
     def close(self) -> None:

@@ -296,7 +296,7 @@ class PeftTrainer:
     def __init__(self, model: nnx.Module, optimizer: optax.GradientTransformation, config: TrainingConfig, *,
                  loss_fn: Callable = next_token_loss, eval_loss_fn: Optional[Callable] = None,
                  mesh: Optional[jax.sharding.Mesh] = None, hooks: Iterable[TrainingHooks] = (),
-                 trainable: str = "auto"):
+                 trainable: str = "auto", donate: bool = True):
         if not isinstance(config, TrainingConfig):
             raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
         self.config, self.mesh, self.hooks = config, mesh, list(hooks)
@@ -311,9 +311,10 @@ class PeftTrainer:
         self._stale = False  # True while the nnx objects lag behind self._carry
         out = None if mesh is None else (jax.tree.map(lambda x: x.sharding, self._carry), None)
         # donate the carry: params and optimizer state are replaced every step, so XLA updates them in place
+        # (donate=False when something else still reads the parameters, e.g. an RL rollout sharing them)
         self._train_step = jax.jit(make_train_step(self._graphdef, loss_fn, self.wrt,
                                                    config.gradient_accumulation_steps),
-                                   donate_argnums=0, out_shardings=out)
+                                   donate_argnums=0 if donate else (), out_shardings=out)
         self._eval_step = jax.jit(make_eval_step(self._graphdef, eval_loss_fn or loss_fn))
         self.step = 0  # optimizer updates done
         self.data_position = 0  # micro-batches consumed from the training data
@@ -498,8 +499,8 @@ class PeftTrainer:
 
     def _place(self, carry):
         """Put every carry leaf on the mesh (replicated unless already sharded there) so the step compiles once."""
-        if self.mesh is None:
-            return jax.device_put(carry)
+        if self.mesh is None:  # committed, like the step's outputs: an uncommitted leaf would compile it twice
+            return jax.device_put(carry, jax.devices()[0])
         replicated = NamedSharding(self.mesh, P())
 
         def one(x):
