@@ -186,11 +186,11 @@ def test_kv_cache_shapes_and_dtype():
     cfg = tf.ModelConfig.from_name("tiny-gemma3")
     cache = tf.KVCache.create(cfg, batch=2, cache_size=32, dtype="bfloat16")
     assert len(cache.k) == cfg.num_layers and cache.size == 32
-    assert cache.k[0].shape == (2, 32, cfg.num_kv_heads, cfg.head_dim) and cache.k[0].dtype == jnp.bfloat16
+    assert cache.k[0].shape == (2, cfg.num_kv_heads, 32, cfg.head_dim) and cache.k[0].dtype == jnp.bfloat16
 
 
 def test_kv_cache_on_a_mesh_is_sharded_by_batch_and_kv_heads():
     cfg = tf.ModelConfig.from_name("tiny-qwen3")  # K = 4 heads: divisible by tp = 4
     cache = tf.KVCache.create(cfg, batch=4, cache_size=16, mesh=tf.make_mesh(2, 4))
-    assert cache.k[0].sharding.spec == P("fsdp", None, "tp", None)
-    assert cache.k[0].addressable_shards[0].data.shape == (2, 16, 1, cfg.head_dim)
+    assert cache.k[0].sharding.spec == P("fsdp", "tp", None, None)
+    assert cache.k[0].addressable_shards[0].data.shape == (2, 1, 16, cfg.head_dim)

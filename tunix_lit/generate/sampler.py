@@ -135,7 +135,7 @@ class DecodeState:
     done: jax.Array  # bool [B]: the row has emitted a stop token
     pad: jax.Array  # int32 [B]: left pads per row, so position = slot - pad
     mask: jax.Array  # bool [B, 1, L]: key slots the next query may see (one more each step)
-    cache: tfm.KVCache  # k, v [B, L, K, H] per layer
+    cache: tfm.KVCache  # k, v [B, K, L, H] per layer
 
 # %% ../../nbs/14_sampler.ipynb #7ace5f17
 def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad_id, *,
@@ -147,7 +147,7 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
     real = slots[None, :] >= pad[:, None]  # [B, L]: fixed for the whole call
     positions = jnp.maximum(jnp.cumsum(real, axis=1) - 1, 0).astype(jnp.int32)
     cache = model.init_cache(B, buffer_len, cache_dtype)
-    names = ("batch", "seq", "kv_heads", "head_dim")  # the cache lives where chapter 10's rules put it
+    names = ("batch", "kv_heads", "seq", "head_dim")  # the cache lives where chapter 10's rules put it
     cache = cache.replace(k=tuple(tfm.shard(a, names) for a in cache.k), v=tuple(tfm.shard(a, names) for a in cache.v))
     hidden, cache = model(prompt, positions[:, :P], cache, real, return_hidden=True)
     logits = model.logits(hidden[:, -1:])[:, 0]  # [B, V]: slot P-1 is every row's last prompt token

@@ -249,7 +249,7 @@ def apply_rope(x: jax.Array, positions: jax.Array, freqs: np.ndarray) -> jax.Arr
 # %% ../../nbs/10_model.ipynb #4ac4dad1
 @struct.dataclass
 class KVCache:
-    """Per-layer key/value buffers k[l], v[l] of shape [B, C, K, H] and the next write slot `index` (int32 [])."""
+    """Per-layer key/value buffers k[l], v[l] of shape [B, K, C, H] and the next write slot `index` (int32 [])."""
 
     k: tuple
     v: tuple
@@ -259,11 +259,11 @@ class KVCache:
     def create(cls, cfg: ModelConfig, batch: int, cache_size: int, dtype=None, mesh=None) -> "KVCache":
         """An empty cache of `cache_size` slots for `batch` rows, sharded by batch and kv heads when `mesh` is given."""
         dtype = jnp.dtype(dtype or cfg.dtype)
-        shape = (batch, cache_size, cfg.num_kv_heads, cfg.head_dim)
+        shape = (batch, cfg.num_kv_heads, cache_size, cfg.head_dim)
         zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
         if mesh is None:
             return cls(k=zeros(), v=zeros(), index=jnp.zeros((), jnp.int32))
-        spec = logical_to_mesh(("batch", "seq", "kv_heads", "head_dim"), shape, dict(mesh.shape))
+        spec = logical_to_mesh(("batch", "kv_heads", "seq", "head_dim"), shape, dict(mesh.shape))
         # built inside jit with out_shardings: each device allocates only its own slice
         sharded = jax.jit(zeros, out_shardings=NamedSharding(mesh, spec))
         return cls(k=sharded(), v=sharded(), index=jax.device_put(jnp.zeros((), jnp.int32), NamedSharding(mesh, P())))
@@ -271,7 +271,7 @@ class KVCache:
     @property
     def size(self) -> int:
         """Number of slots C."""
-        return self.k[0].shape[1]
+        return self.k[0].shape[2]
 
 # %% ../../nbs/10_model.ipynb #ce0fc781
 def make_attention_mask(key_mask: Optional[jax.Array], batch: int, num_queries: int, num_keys: int,
@@ -296,7 +296,9 @@ class Attention(nnx.Module):
         self.q_proj = einsum("BTD,DNH->BTNH", (D, N, H), ("embed", "q_heads", "head_dim"), init)
         self.k_proj = einsum("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), init)
         self.v_proj = einsum("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), init)
-        self.o_proj = einsum("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"),
+        # jnp.einsum contracts shared letters in alphabetical order: "Nh" keeps the kernel's own
+        # (heads, head_dim) order; "NH" made XLA transpose the kernel and the input at every call
+        self.o_proj = einsum("BTNh,NhD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"),
                              nnx.initializers.lecun_normal(in_axis=(0, 1), out_axis=2))
         if cfg.qk_norm:
             norm = lambda: RMSNorm(H, eps=cfg.norm_eps, zero_centered=cfg.zero_centered_norm, param_dtype=pd, rngs=rngs)
@@ -307,7 +309,7 @@ class Attention(nnx.Module):
         self.cfg = nnx.static(cfg)
 
     def __call__(self, x, positions, mask, kv=None, index=None):
-        """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, C, K, H] or None."""
+        """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, K, C, H] or None."""
         cfg = self.cfg
         B, T, _ = x.shape
         K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
@@ -320,21 +322,23 @@ class Attention(nnx.Module):
         start = 0
         if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
             cache_k, cache_v = kv
-            k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), index, axis=1)
-            v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), index, axis=1)
+            k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.swapaxes(1, 2).astype(cache_k.dtype), index, axis=2)
+            v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.swapaxes(1, 2).astype(cache_v.dtype), index, axis=2)
             kv, start = (k, v), index
+        else:
+            k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, K, T, H], as the cache holds them
         if self.local:  # band of `sliding_window` slots ending at each query's own slot
             q_slots = start + jnp.arange(T)
-            dist = q_slots[:, None] - jnp.arange(k.shape[1])[None, :]
+            dist = q_slots[:, None] - jnp.arange(k.shape[2])[None, :]
             mask = mask & (dist < cfg.sliding_window)[None]
         scale = cfg.query_scale if cfg.query_scale is not None else H ** -0.5
         q = q.reshape(B, T, K, G, H)
-        logits = jnp.einsum("btkgh,bskh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
+        logits = jnp.einsum("btkgh,bksh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
         if cfg.attn_logit_softcap:
             logits = cfg.attn_logit_softcap * jnp.tanh(logits / cfg.attn_logit_softcap)
         logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
-        out = jnp.einsum("bkgts,bskh->btkgh", probs, v.astype(q.dtype)).reshape(B, T, K * G, H)
+        out = jnp.einsum("bkgts,bksh->btkgh", probs, v.astype(q.dtype)).reshape(B, T, K * G, H)
         return self.o_proj(out), kv
 
 # %% ../../nbs/10_model.ipynb #b78ac5a2
