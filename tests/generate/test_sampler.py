@@ -371,3 +371,29 @@ def test_inverse_cdf_never_draws_an_impossible_id():
     logits[:, 3:5] = [0.0, 30.0]  # nearly all mass on id 4, the last possible one
     draws = np.asarray(categorical_by_cdf(jax.random.key(1), jnp.asarray(logits)))
     assert set(draws.tolist()) <= {3, 4}
+
+
+def test_two_level_inverse_cdf_matches_the_softmax_across_blocks():
+    """V = 1000 (not a multiple of the 128-id block): mass spread over ids in several blocks, incl. the padded last one."""
+    from tunix_lit.generate.sampler import categorical_by_cdf
+
+    V, n = 1000, 200_000
+    live = np.array([0, 127, 128, 300, 511, 640, 999])  # block edges and the last (partial) block
+    logits = np.full(V, -np.inf, np.float32)
+    logits[live] = np.random.default_rng(5).normal(size=live.size).astype(np.float32)
+    p = np.exp(logits[live].astype(np.float64) - logits[live].max())
+    p /= p.sum()
+    draws = np.asarray(categorical_by_cdf(jax.random.key(2), jnp.asarray(np.tile(logits, (n, 1)))))
+    assert set(np.unique(draws).tolist()) <= set(live.tolist())  # never an impossible id
+    freq = np.array([(draws == i).mean() for i in live])
+    assert (np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9).all(), (freq, p)
+
+
+def test_two_level_inverse_cdf_with_all_mass_on_the_last_id():
+    from tunix_lit.generate.sampler import categorical_by_cdf
+
+    logits = np.full((20_000, 777), -np.inf, np.float32)
+    logits[:, 776] = 0.0
+    logits[:, 5] = -40.0  # a sliver of mass far away
+    draws = np.asarray(categorical_by_cdf(jax.random.key(3), jnp.asarray(logits)))
+    assert set(draws.tolist()) <= {5, 776} and (draws == 776).mean() > 0.99
