@@ -1,0 +1,84 @@
+"""Where a benchmark's compiled time goes: run benchmarks/sampler.py or grpo_step.py under jax.profiler and rank XLA:CPU thunks.
+
+  python benchmarks/profile_thunks.py sampler --batch 32      # any flags of the benchmark follow its name
+  python benchmarks/profile_thunks.py grpo --steps 4
+
+Prints one JSON line: total thunk time per category (YNNPACK matmul fusions, Eigen dots, everything else) and
+the `--top` most expensive thunks, each with its total milliseconds and how many times it ran. Times are summed
+over the whole run (compile excluded: only events inside a ThunkExecutor span count), so divide by the number of calls or steps.
+Profiling adds per-thunk overhead; use it to rank, and the benchmark itself to time.
+"""
+
+import argparse
+import collections
+import contextlib
+import glob
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def thunk_times(trace_dir: str):
+    """(per-name total ns, per-name count) of the XLA thunks in the profile under trace_dir."""
+    import bisect
+
+    from jax._src.lib import _profile_data  # jaxlib's reader for the xplane protobuf the profiler writes
+
+    path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
+    total, count = collections.Counter(), collections.Counter()
+    for plane in _profile_data.ProfileData.from_file(path).planes:
+        for line in plane.lines:
+            events = list(line.events)
+            # a thunk runs inside a ThunkExecutor::Execute span of its thread; compiler passes do not
+            spans = sorted((e.start_ns, e.end_ns) for e in events if e.name == "ThunkExecutor::Execute")
+            starts = [a for a, _ in spans]
+            for ev in events:
+                name = ev.name
+                if name.startswith(("ThunkExecutor", "end:", "Threadpool")) or "Await" in name:
+                    continue
+                if re.match(r"(while|conditional|call)(\.\d+)?$", name):  # containers: their time is their body's
+                    continue
+                i = bisect.bisect_right(starts, ev.start_ns) - 1
+                if i < 0 or ev.start_ns > spans[i][1]:
+                    continue
+                total[name] += ev.duration_ns
+                count[name] += 1
+    return total, count
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("bench", choices=["sampler", "grpo"])
+    p.add_argument("--top", type=int, default=25)
+    args, rest = p.parse_known_args(argv)
+    from tunix_lit import runtime
+
+    runtime.tune_host_allocator()  # before the profiler starts JAX's threads, as importing the model would
+    import jax
+
+    bench = __import__("sampler" if args.bench == "sampler" else "grpo_step")
+    with tempfile.TemporaryDirectory() as d:
+        out = io.StringIO()
+        jax.profiler.start_trace(d)
+        with contextlib.redirect_stdout(out):
+            bench.main(rest)
+        jax.profiler.stop_trace()
+        total, count = thunk_times(d)
+    kind = lambda n: "ynn_matmul" if n.startswith("ynn") else ("eigen_dot" if re.match(r"dot(\.\d+)?$", n) else "other")
+    by_kind = collections.Counter()
+    for name, ns in total.items():
+        by_kind[kind(name)] += ns
+    rec = dict(bench=f"profile_{args.bench}", flags=rest,
+               ms_by_kind={k: round(v / 1e6, 1) for k, v in by_kind.items()},
+               top=[dict(name=n, ms=round(ns / 1e6, 2), runs=count[n]) for n, ns in total.most_common(args.top)],
+               bench_line=json.loads(out.getvalue().strip().splitlines()[-1]))
+    print(json.dumps(rec))
+
+
+if __name__ == "__main__":
+    main()
