@@ -47,7 +47,8 @@ def tune_host_allocator(*, keep_mib: int = 2048, grow_mib: int = 64, force: bool
         return False
     mib = lambda n: min(int(n) << 20, 2**31 - 1)  # mallopt takes a C int
     settings = [(_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, mib(keep_mib)), (_M_TOP_PAD, mib(grow_mib))]
-    _state = all(libc.mallopt(param, value) == 1 for param, value in settings)  # mallopt returns 1 on success
+    applied = [libc.mallopt(param, value) == 1 for param, value in settings]  # 1 = success; try every one
+    _state = all(applied)
     return _state
 
 

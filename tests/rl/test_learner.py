@@ -34,6 +34,14 @@ def make(cfg=None, algo=None, reward_fns=(arith.reward,), reference=None):
                        algo or GRPOConfig(num_generations=2, beta=0.0), reward_fns=list(reward_fns))
 
 
+def test_grpo_without_rewards_or_with_beta_but_no_reference_fails_naming_it():
+    with pytest.raises(ValueError, match="GRPO needs at least one reward function"):
+        make(reward_fns=())
+    with pytest.raises(ValueError, match=r"beta=0.04 needs a reference model"):
+        make(algo=GRPOConfig(num_generations=2, beta=0.04))
+    assert make(algo=GRPOConfig(num_generations=2, beta=0.04), reference="actor").algo.beta == 0.04
+
+
 @pytest.mark.parametrize("sizes, bad", [
     (dict(batch_size=32, mini_batch_size=8, train_micro_batch_size=4, rollout_micro_batch_size=3), "rollout_micro_batch_size=3"),
     (dict(batch_size=32, mini_batch_size=8, train_micro_batch_size=4, logps_micro_batch_size=3), "logps_micro_batch_size=3"),

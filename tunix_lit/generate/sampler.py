@@ -75,8 +75,9 @@ def categorical_by_cdf(key: jax.Array, logits: jax.Array, block: int = 128) -> j
     mass = pb.sum(axis=-1)  # [B, nb]
     b = _invert_cdf(mass, u)  # the block that holds the drawn id
     pick = lambda a: jnp.take_along_axis(a, b[..., None], axis=-1)[..., 0]
-    below = pick(jnp.cumsum(mass, axis=-1)) - pick(mass)  # mass of the blocks before it
-    frac = (u[..., 0] * mass.sum(axis=-1) - below) / jnp.maximum(pick(mass), jnp.finfo(p.dtype).tiny)
+    cum = jnp.cumsum(mass, axis=-1)  # the same sum _invert_cdf took (XLA computes it once)
+    below = pick(cum) - pick(mass)  # mass of the blocks before it
+    frac = (u[..., 0] * cum[..., -1] - below) / jnp.maximum(pick(mass), jnp.finfo(p.dtype).tiny)
     inside = jnp.take_along_axis(pb, b[..., None, None], axis=-2)[..., 0, :]  # [B, block]
     j = _invert_cdf(inside, jnp.clip(frac, 0.0, 1.0)[..., None])
     return (b * block + j).astype(jnp.int32)

@@ -22,7 +22,7 @@ import optax
 
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
-from .learner import RLLearner, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
+from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/32_grpo.ipynb #47e77091
@@ -102,11 +102,7 @@ class GRPOLearner(RLLearner):
                  algo: GRPOConfig = GRPOConfig(), *, reward_fns: Sequence[Callable], metric_fns=()):
         if not isinstance(algo, GRPOConfig):
             raise TypeError(f"algo must be a GRPOConfig, got {type(algo).__name__}")
-        if not reward_fns:
-            raise ValueError("GRPO needs at least one reward function fn(prompts, completions, **columns)")
-        if algo.beta > 0 and cluster.reference is None:
-            raise ValueError(f"beta={algo.beta} needs a reference model: build the RLCluster with reference='actor' "
-                             "(or a model), or set beta=0")
+        check_algo_inputs("GRPO", cluster, reward_fns, algo.beta)
         self.algo = algo
         self.num_generations, self.num_iterations = algo.num_generations, algo.num_iterations
         self._policy_loss = algo_core.get_policy_loss(algo.loss_algo)

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_sizes', 'RewardError', 'call_reward_fn',
-           'compute_rewards', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult', 'RLLearner',
-           'policy_logps', 'repeat_rows']
+           'compute_rewards', 'check_algo_inputs', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult',
+           'RLLearner', 'policy_logps', 'repeat_rows']
 
 # %% ../../nbs/31_rl_learner.ipynb #5860f02a
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
@@ -155,6 +155,15 @@ def compute_rewards(reward_fns: Sequence[Callable], prompts, completions, column
     metrics = {f"rewards/{k}": float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in per_fn.items()}
     metrics["rewards/nonfinite"] = float((~np.isfinite(total)).sum())
     return total, metrics
+
+
+def check_algo_inputs(algo_name: str, cluster: RLCluster, reward_fns, beta: float) -> None:
+    """Raise ValueError if an algorithm gets no reward function, or a KL weight beta > 0 without a reference model."""
+    if not reward_fns:
+        raise ValueError(f"{algo_name} needs at least one reward function fn(prompts, completions, **columns)")
+    if beta > 0 and cluster.reference is None:
+        raise ValueError(f"beta={beta} needs a reference model: build the RLCluster with reference='actor' "
+                         "(or a model), or set beta=0")
 
 # %% ../../nbs/31_rl_learner.ipynb #578d2299
 EXAMPLE_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",

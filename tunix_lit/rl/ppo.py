@@ -29,7 +29,7 @@ from ..models import transformer as tfm
 from . import algo_core, common
 from . import cluster as rl_cluster
 from .cluster import RLCluster, Role
-from .learner import RLLearner, RLTrainer, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
+from .learner import RLLearner, check_algo_inputs, RLTrainer, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/33_ppo.ipynb #d6897bb2
@@ -148,11 +148,7 @@ class PPOLearner(RLLearner):
             raise ValueError("PPO needs a critic: build the RLCluster with critic=critic_from(actor) (or a ValueModel)")
         if not isinstance(cluster.critic, ValueModel):
             raise TypeError(f"the cluster's critic must be a ValueModel, got {type(cluster.critic).__name__}")
-        if not reward_fns:
-            raise ValueError("PPO needs at least one reward function fn(prompts, completions, **columns)")
-        if algo.beta > 0 and cluster.reference is None:
-            raise ValueError(f"beta={algo.beta} needs a reference model: build the RLCluster with reference='actor' "
-                             "(or a model), or set beta=0")
+        check_algo_inputs("PPO", cluster, reward_fns, algo.beta)
         self.algo, self.num_iterations = algo, algo.num_iterations
         self._values_fn = None
         super().__init__(cluster, optimizer, config, reward_fns=reward_fns, metric_fns=metric_fns)
