@@ -83,6 +83,19 @@ def test_max_context_limit_reached_when_the_context_is_full(tok, cfg):
     assert traj.prompt_tokens.size + traj.conversation()[0].size <= 64
 
 
+def test_max_context_limit_reached_when_the_engine_takes_no_longer_prompt(tok, cfg):
+    """max_prompt_tokens=30: no turn may continue a context of more than 30 tokens (11 + 15 per round)."""
+    env = T.calculator_env(TASK, max_steps=10)
+    traj = run(tok, cfg, lambda c: "1234+5678\n", env=env, max_response_tokens=1000, max_prompt_tokens=30)
+    assert traj.status == T.Status.MAX_CONTEXT_LIMIT_REACHED
+    before, n = [], traj.prompt_tokens.size
+    for t in traj.turns:
+        if t.role == "model":
+            before.append(n)
+        n += t.tokens.size
+    assert before == [11, 26] and n > 30
+
+
 def test_timeout_when_the_episode_clock_runs_out(tok, cfg):
     traj = run(tok, cfg, ideal, delay_s=0.3, timeout_s=0.2)
     assert traj.status == T.Status.TIMEOUT and len(traj.model_turns) == 1
@@ -202,21 +215,11 @@ def test_episode_config_rejects_bad_values(field, value):
 
 # --- the real tiny model ---------------------------------------------------------------------------
 
-class SamplerEngine:
-    """Our Sampler behind the rollout-engine generate() call (until chapter 40's vanilla engine is used)."""
-
-    def __init__(self, sampler):
-        self.sampler, self.eos_ids = sampler, (sampler.tokenizer.eos_id,)
-
-    def generate(self, prompt_ids, max_new_tokens, *, temperature, top_k=None, top_p=None, seed=0, stop_tokens=None):
-        return self.sampler.generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                     seed=seed, stop_tokens=stop_tokens)
-
-
 def test_a_fixed_seed_reproduces_trajectories_exactly(tok, cfg):
-    from tunix_lit.generate.sampler import Sampler
+    from tunix_lit.rollout.engines import VanillaEngine
     model, _ = tiny.load()
-    collector = TrajectoryCollector(SamplerEngine(Sampler(model, tok)), tok, cfg)
+    engine = VanillaEngine.build(model, tok, max_prompt_length=48, max_new_tokens=16)
+    collector = TrajectoryCollector(engine, tok, cfg)
     tasks = T.sum_tasks(3, digits=2, seed=0) + T.sum_tasks(3, digits=4, seed=0)
     first = [collector.collect(T.calculator_env(t), seed=i) for i, t in enumerate(tasks)]
     again = [collector.collect(T.calculator_env(t), seed=i) for i, t in enumerate(tasks)]
