@@ -1,4 +1,4 @@
-"""tunix_lit.runtime: the host allocator setting removes the page faults of fresh XLA:CPU buffers, and can be turned off."""
+"""tunix_lit.runtime: the host allocator setting removes the page faults of fresh XLA:CPU buffers, applies only on the CPU backend, and can be turned off."""
 
 import json
 import os
@@ -64,3 +64,44 @@ def test_first_answer_is_cached(monkeypatch):
     monkeypatch.setenv("TUNIX_LIT_HOST_ALLOCATOR", "0")  # ignored: the process already decided
     assert rt.tune_host_allocator() is True
     assert rt.tune_host_allocator(force=True) is False  # force re-reads the environment
+
+
+@pytest.mark.parametrize("platforms, want", [("tpu", "tpu"), ("cuda,cpu", "gpu"), ("rocm", "gpu"), (" CPU ", "cpu")])
+def test_planned_backend_follows_an_explicit_choice(monkeypatch, platforms, want):
+    monkeypatch.delitem(sys.modules, "jax", raising=False)  # as in a program's first lines, before `import jax`
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    assert rt.planned_backend() == want
+
+
+def test_an_installed_accelerator_plugin_means_no_tuning(monkeypatch):
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(rt, "_accelerator_plugins", lambda: ["xla_cuda12"])
+    monkeypatch.setattr(rt, "_state", None)
+    monkeypatch.setenv("TUNIX_LIT_HOST_ALLOCATOR", "1")
+    assert rt.planned_backend() == "accelerator"
+    assert rt.tune_host_allocator() is False and rt.host_allocator_tuned() is False
+
+
+def test_tuning_is_a_no_op_off_the_cpu_backend(monkeypatch):
+    monkeypatch.setattr(rt, "planned_backend", lambda: "tpu")
+    monkeypatch.setattr(rt, "_state", None)
+    monkeypatch.setenv("TUNIX_LIT_HOST_ALLOCATOR", "1")
+    assert rt.tune_host_allocator() is False
+
+
+def test_asking_starts_no_backend_and_a_started_one_answers():
+    script = textwrap.dedent("""
+        import json, jax, tunix_lit.runtime as rt
+        from jax._src import xla_bridge as xb
+        before = (rt.planned_backend(), len(xb._backends))
+        jax.numpy.zeros(1).block_until_ready()  # starts the backend
+        print(json.dumps([before, rt.planned_backend(), jax.default_backend()]))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (asked, started), after, actual = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (asked, started) == ("cpu", 0)  # asking did not start JAX's backend
+    assert after == actual == "cpu"

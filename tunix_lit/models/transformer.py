@@ -20,12 +20,6 @@ from flax import nnx
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .. import runtime
-
-# Before JAX starts its threads: keep freed host memory mapped, or every fresh XLA:CPU buffer
-# page-faults (chapter 15; TUNIX_LIT_HOST_ALLOCATOR=0 turns it off).
-runtime.tune_host_allocator()
-
 # %% ../../nbs/10_model.ipynb #34136413
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
