@@ -472,3 +472,17 @@ def test_gspo_token_gradient_is_per_token_with_the_sequence_ratio():
                 want[b, t] = -adv[b, t] * rho / (mask.shape[0] * n)
     assert 0 < clipped < mask.sum()  # both branches are exercised
     np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-7)
+
+
+def test_sequence_rewards_land_on_the_last_trained_token_of_a_holed_mask():
+    # holes inside a row (a skipped slot), and a row whose only trained token is not at mask.sum() - 1
+    mask = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 0, 0, 1, 0], [0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0]])
+    scores = [2.0, -1.0, 7.0, 5.0]
+    got = np.asarray(ac.sequence_rewards_to_tokens(jnp.array(scores), jnp.asarray(mask)))
+    want = np.zeros(mask.shape)
+    for b, score in enumerate(scores):
+        trained = [t for t in range(mask.shape[1]) if mask[b, t]]
+        if trained:  # an empty row gets nothing
+            want[b, trained[-1]] = score
+    np.testing.assert_allclose(got, want)
+    assert (got[mask == 0] == 0).all()  # nothing lands on an untrained slot

@@ -142,7 +142,9 @@ def sequence_rewards_to_tokens(scores: jax.Array, mask: jax.Array, kl: Optional[
                                beta: float = 0.0) -> jax.Array:
     """Per-token rewards [B, T]: each row's score [B] on its last trained token, minus beta·kl [B, T] on every trained token."""
     m = jnp.asarray(mask).astype(jnp.float32)
-    last = jnp.arange(m.shape[1]) == (m.sum(-1, keepdims=True) - 1)  # an empty row has no last token
+    T = m.shape[1]
+    last_at = T - 1 - jnp.argmax(m[:, ::-1] > 0, axis=-1)  # the last 1, even when the mask has holes
+    last = (jnp.arange(T) == last_at[:, None]) & (m.sum(-1, keepdims=True) > 0)  # an empty row has none
     out = jnp.where(last, jnp.asarray(scores, jnp.float32)[:, None], 0.0)
     return out - beta * kl * m if kl is not None else out
 
