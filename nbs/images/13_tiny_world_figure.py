@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "tunix-lit-13", "font.family": "DejaVu Sans",
                      "font.size": 10})
 TASK = dict(face="#eaf3e6", edge="#5f9a4f")  # tunix_lit.data.arith (13_arith_task)
-MODEL = dict(face="#e8eef7", edge="#5b7db1")  # tunix_lit.models.tiny (13_tiny_world)
+MODEL = dict(face="#e8eef7", edge="#5b7db1")  # tunix_lit.models.tiny (13b_tiny_world)
 OTHER = dict(face="#f2f2f2", edge="#999999")  # other chapters
 MONO = "DejaVu Sans Mono"
 
@@ -63,7 +63,7 @@ def main():
     arrow(ax, 2.95, 1.7, 2.15, 1.7, "completions", dy=0.08)
     arrow(ax, 2.15, 1.35, 2.95, 1.35, "rewards", dy=-0.2)
     arrow(ax, 4.2, 2.8, 4.2, 2.05, "held-out prompts", dy=-0.05, dx=0.08, dashed=True)
-    ax.text(0.15, 0.45, "green: tunix_lit.data.arith (13_arith_task);  blue: tunix_lit.models.tiny (13_tiny_world);  "
+    ax.text(0.15, 0.45, "green: tunix_lit.data.arith (13_arith_task);  blue: tunix_lit.models.tiny (13b_tiny_world);  "
             "grey: later chapters", fontsize=7.5, color="#555")
     fig.savefig(HERE / "13_tiny_world.svg", bbox_inches="tight")
 
