@@ -1,0 +1,1 @@
+"""Fake sgl_jax.srt.entrypoints."""
