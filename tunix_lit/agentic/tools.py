@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['ENDINGS', 'ERROR_KINDS', 'PARSERS', 'Status', 'Turn', 'Trajectory', 'ToolCall', 'Tool', 'ToolTimeout', 'Calculator',
            'tool_schema', 'Observation', 'check_arguments', 'call_with_timeout', 'ToolManager', 'SandboxLimits',
-           'SandboxResult', 'SandboxUnavailable', 'sandbox_python', 'run_code', 'PythonTool', 'ParsedTurn',
-           'QwenParser', 'LlamaParser', 'GemmaParser', 'TinyParser', 'get_parser', 'StepResult', 'Environment',
-           'ToolEnv', 'sum_tasks', 'exact_match', 'calculator_env']
+           'SandboxResult', 'SandboxUnavailable', 'sandbox_python', 'run_code', 'sandbox_problem', 'PythonTool',
+           'ParsedTurn', 'QwenParser', 'LlamaParser', 'GemmaParser', 'TinyParser', 'get_parser', 'StepResult',
+           'Environment', 'ToolEnv', 'sum_tasks', 'exact_match', 'calculator_env']
 
-# %% ../../nbs/50_tools.ipynb #1a0bd2a5
+# %% ../../nbs/50_tools.ipynb #c6646765
 # Follows upstream Tunix's agentic pieces in purpose: the trajectory statuses, a tool with a name,
 # description and argument schema, a tool manager that turns failures into error outputs, tool-call
 # parsers by name (Qwen's <tool_call> JSON spans), a reset/step environment that runs calls or scores
@@ -21,6 +21,7 @@ import ast
 import collections
 import dataclasses
 import enum
+import functools
 import json
 import os
 import random
@@ -35,7 +36,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-# %% ../../nbs/50_tools.ipynb #8581544e
+# %% ../../nbs/50_tools.ipynb #a7ec7c6a
 class Status(enum.Enum):
     """How an episode ended; RUNNING until it has."""
 
@@ -50,7 +51,7 @@ class Status(enum.Enum):
 
 ENDINGS = tuple(s for s in Status if s is not Status.RUNNING)
 
-# %% ../../nbs/50_tools.ipynb #59e27241
+# %% ../../nbs/50_tools.ipynb #3469fb75
 @dataclasses.dataclass
 class Turn:
     """One stretch of the conversation after the prompt: model tokens (trained on) or an observation's (not)."""
@@ -70,7 +71,7 @@ class Turn:
             if self.logprobs.shape != self.tokens.shape:
                 raise ValueError(f"logprobs {self.logprobs.shape} must match tokens {self.tokens.shape}")
 
-# %% ../../nbs/50_tools.ipynb #0c2a652a
+# %% ../../nbs/50_tools.ipynb #df9af069
 @dataclasses.dataclass
 class Trajectory:
     """One episode: the prompt's ids, the turns after it, how it ended, its reward and its counters."""
@@ -106,7 +107,7 @@ class Trajectory:
         """Every policy version that wrote a model turn (one, unless weights changed mid-episode)."""
         return {t.policy_version for t in self.model_turns}
 
-# %% ../../nbs/50_tools.ipynb #167c41e1
+# %% ../../nbs/50_tools.ipynb #7cea4fb0
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
     """One call a model asked for: a tool name and its arguments."""
@@ -144,7 +145,7 @@ class Calculator:
             return str(a // b)
         return str({"+": a + b, "-": a - b, "*": a * b}[op])
 
-# %% ../../nbs/50_tools.ipynb #5c9962b8
+# %% ../../nbs/50_tools.ipynb #09f79de9
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -154,7 +155,7 @@ def tool_schema(tool: Tool) -> dict:
     return {"type": "function", "function": {"name": tool.name, "description": tool.description,
             "parameters": {"type": "object", "properties": props, "required": list(tool.parameters)}}}
 
-# %% ../../nbs/50_tools.ipynb #b736b706
+# %% ../../nbs/50_tools.ipynb #fcb7ef2c
 ERROR_KINDS = ("parse_error", "unknown_tool", "bad_arguments", "tool_error", "tool_timeout")
 
 
@@ -188,7 +189,7 @@ def check_arguments(tool: Tool, arguments: dict) -> Optional[str]:
             return f"{tool.name} argument {k!r} must be {_JSON_TYPES[kind]}; got {type(v).__name__} {v!r}"
     return None
 
-# %% ../../nbs/50_tools.ipynb #61d8bf54
+# %% ../../nbs/50_tools.ipynb #4fe71620
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any]:
     """Run `fn()` in a daemon thread: ("ok", value), ("error", exception) or ("timeout", None) after `timeout_s`."""
     box = {}
@@ -206,7 +207,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any
         return "timeout", None
     return ("ok", box["ok"]) if "ok" in box else ("error", box["error"])
 
-# %% ../../nbs/50_tools.ipynb #cf6b4ddf
+# %% ../../nbs/50_tools.ipynb #30228d43
 class ToolManager:
     """Tools by name; `run(call)` checks the call, runs it with a timeout and always returns an Observation."""
 
@@ -250,7 +251,7 @@ class ToolManager:
             return Observation(f"Error: {call.name} raised {type(value).__name__}: {value}", "tool_error")
         return Observation(value if isinstance(value, str) else json.dumps(value))
 
-# %% ../../nbs/50_tools.ipynb #7df47d5f
+# %% ../../nbs/50_tools.ipynb #55d3d4f2
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
     """The limits of one sandboxed run."""
@@ -282,7 +283,7 @@ class SandboxResult:
 class SandboxUnavailable(RuntimeError):
     """The sandbox could not be set up (no network namespace, rlimits refused): nothing was run."""
 
-# %% ../../nbs/50_tools.ipynb #a769b983
+# %% ../../nbs/50_tools.ipynb #5a5664f5
 _SETUP_FAILED = "tunix_lit-sandbox-setup-failed"
 _NOBODY = 65534
 _BOOTSTRAP = r"""
@@ -306,7 +307,7 @@ except OSError as e:
 os.execv(python, [python, "-I", "main.py"])
 """.replace("MARK", repr(_SETUP_FAILED)).replace("NOBODY", str(_NOBODY))
 
-# %% ../../nbs/50_tools.ipynb #b1a515bc
+# %% ../../nbs/50_tools.ipynb #124866e4
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -365,7 +366,17 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResul
     return SandboxResult(out.decode("utf-8", "replace")[:cut], err[-cut:], proc.returncode, timed_out,
                          time.monotonic() - start)
 
-# %% ../../nbs/50_tools.ipynb #52647255
+# %% ../../nbs/50_tools.ipynb #32f51c09
+@functools.lru_cache(maxsize=1)
+def sandbox_problem() -> Optional[str]:
+    """None if this host can run the sandbox; otherwise why not (checked once per process)."""
+    try:
+        run_code("pass", SandboxLimits(timeout_s=10))
+    except SandboxUnavailable as e:
+        return str(e)
+    return None
+
+# %% ../../nbs/50_tools.ipynb #38d5fb96
 class PythonTool:
     """Run a Python program in the sandbox; its output is what the program printed."""
 
@@ -383,7 +394,7 @@ class PythonTool:
             return f"{r.stdout}exit status {r.returncode}\n{r.stderr}"
         return r.stdout
 
-# %% ../../nbs/50_tools.ipynb #cf28ca20
+# %% ../../nbs/50_tools.ipynb #354deb9c
 @dataclasses.dataclass
 class ParsedTurn:
     """A model turn read by a parser: the calls, why each malformed call failed, and the text outside calls."""
@@ -412,7 +423,7 @@ def _call_from(obj, args_key: str = "arguments") -> tuple[Optional[ToolCall], Op
         return None, f"arguments of {obj['name']} must be an object; got {type(args).__name__}"
     return ToolCall(obj["name"], args), None
 
-# %% ../../nbs/50_tools.ipynb #35ee94b7
+# %% ../../nbs/50_tools.ipynb #1648fb63
 class QwenParser:
     """Qwen/Hermes: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number per turn."""
 
@@ -436,7 +447,7 @@ class QwenParser:
     def format_results(self, observations) -> str:
         return "".join(f"<tool_response>\n{o.text}\n</tool_response>\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #bb3fcec7
+# %% ../../nbs/50_tools.ipynb #f8118cc0
 class LlamaParser:
     """Llama 3.1 JSON calls: `{"name": ..., "parameters": {...}}` (optionally after <|python_tag|>, `;`-separated)."""
 
@@ -464,7 +475,7 @@ class LlamaParser:
     def format_results(self, observations) -> str:
         return "\n".join(o.text for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #54678c1f
+# %% ../../nbs/50_tools.ipynb #37e52779
 class GemmaParser:
     """Gemma 3 code blocks: ```` ```tool_code\\nname(a=1, b="x")\\n``` ````, one call per line, literals only."""
 
@@ -500,7 +511,7 @@ class GemmaParser:
     def format_results(self, observations) -> str:
         return "".join(f"```tool_output\n{o.text}\n```\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #d62d9688
+# %% ../../nbs/50_tools.ipynb #65730e51
 class TinyParser:
     """The tiny world: a turn `A op B\\n` calls the calculator; a turn without a final newline is the answer."""
 
@@ -519,7 +530,7 @@ class TinyParser:
     def format_results(self, observations) -> str:
         return "".join((self.ERROR if o.error else o.text) + "\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #a743e303
+# %% ../../nbs/50_tools.ipynb #1468539e
 PARSERS = {"qwen": QwenParser, "hermes": QwenParser, "llama": LlamaParser, "gemma": GemmaParser,
            "tiny": TinyParser}
 
@@ -530,7 +541,7 @@ def get_parser(name: str):
         raise ValueError(f"unknown tool-call parser {name!r}; choose one of: {', '.join(PARSERS)}")
     return PARSERS[name]()
 
-# %% ../../nbs/50_tools.ipynb #680568bf
+# %% ../../nbs/50_tools.ipynb #2d3ee62a
 @dataclasses.dataclass
 class StepResult:
     """One environment step: the next observation, the reward, whether the episode is done, counters."""
@@ -550,7 +561,7 @@ class Environment(Protocol):
     def reset(self) -> str: ...                  # the first observation: the prompt text
     def step(self, text: str) -> StepResult: ...  # read one model turn
 
-# %% ../../nbs/50_tools.ipynb #46af82a4
+# %% ../../nbs/50_tools.ipynb #8bd0b276
 class ToolEnv:
     """Runs the calls in a model turn; a turn without calls is the answer, scored by `reward_fn(task, answer)`."""
 
@@ -579,7 +590,7 @@ class ToolEnv:
         counts.update(o.error for o in observations if o.error)
         return StepResult(self.template.format(results=self.parser.format_results(observations)), 0.0, False, counts)
 
-# %% ../../nbs/50_tools.ipynb #95cdb420
+# %% ../../nbs/50_tools.ipynb #0e4c31fb
 def sum_tasks(n: int, digits: int = 4, seed: int = 0) -> list:
     """`n` tasks {"prompt": "a+b=", "answer": "a+b"} with `digits`-digit operands, drawn with `seed`."""
     if digits < 1 or n < 0:
