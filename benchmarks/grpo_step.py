@@ -1,14 +1,14 @@
 """Benchmark: seconds per GRPO global step on tiny Qwen 3 (4 layers x 256, vocab 8192), full or LoRA.
 
-Takes the same flags as ../shared/peer/peer_grpo_bench.py (upstream Tunix's GRPOLearner + RLCluster) and
-prints one JSON line with the same figure key, `median_step_s`, so `compare.sh grpo` can set them side by side:
+Takes the same flags as upstream's side (`benchmarks/upstream_bench.py grpo`) (upstream Tunix's GRPOLearner + RLCluster) and
+prints one JSON line with the same figure key, `median_step_s`, so `benchmarks/compare_upstream.py grpo` can set them side by side:
 
   python benchmarks/grpo_step.py [--batch 8 --num-generations 4 --prompt-len 32 --gen-len 64 --steps 12
                                   --beta 0.04 --lora-rank 0|8]
 
-Same work as the peer: one CPU device, colocated actor / rollout / reference (a frozen snapshot of the
+Same work as upstream's side: one CPU device, colocated actor / rollout / reference (a frozen snapshot of the
 actor; for LoRA the shared base), integer-id text, completions of exactly --gen-len tokens (no stop token,
-as the peer's --eos ignore), reward = fraction of even ids, temperature 0.9, AdamW. A global step is
+as upstream's side asks with eos_tokens=[-1]), reward = fraction of even ids, temperature 0.9, AdamW. A global step is
 generate + reference log-probs + rewards/advantages + one optimizer update + the weight sync; its time is
 measured between the ends of consecutive steps (the first step, which compiles, is left out of the median).
 """
@@ -29,7 +29,7 @@ PAD_ID, BOS_ID, EOS_ID, FIRST_FREE_ID = 0, 1, 2, 3
 
 
 class IntTokenizer:
-    """Text is space-separated decimal ids (the peer's tokenizer)."""
+    """Text is space-separated decimal ids (as upstream_bench.py's tokenizer)."""
 
     def __init__(self, vocab_size: int):
         self.vocab_size, self.pad_id, self.eos_id, self.bos_id = vocab_size, PAD_ID, EOS_ID, BOS_ID
@@ -64,12 +64,15 @@ def parse_args(argv=None):
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
     args, unknown = p.parse_known_args(argv)
     if unknown:
-        print(f"warning: ignoring flags the peer takes but we do not: {unknown}", file=sys.stderr)
+        print(f"warning: ignoring flags upstream's side takes but we do not: {unknown}", file=sys.stderr)
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    from tunix_lit import runtime
+
+    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
     t0 = time.perf_counter()
     import jax

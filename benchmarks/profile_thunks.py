@@ -58,7 +58,7 @@ def main(argv=None):
     args, rest = p.parse_known_args(argv)
     from tunix_lit import runtime
 
-    runtime.tune_host_allocator()  # before the profiler starts JAX's threads, as importing the model would
+    runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 15)
     import jax
 
     bench = __import__("sampler" if args.bench == "sampler" else "grpo_step")

@@ -1,12 +1,12 @@
 """Benchmark: tunix_lit's Sampler, greedy decoding of a batch of fixed-length prompts on a tiny random decoder.
 
-Takes the same flags as ../shared/peer/peer_sampler_bench.py (upstream Tunix's Sampler) and prints one JSON
+Takes the same flags as upstream's side (`benchmarks/upstream_bench.py sampler`) (upstream Tunix's Sampler) and prints one JSON
 line with the same figure key, `tokens_per_s` (new tokens / median call time, tokenisation and detokenisation
-included, as upstream's is), so `compare.sh sampler` can set the two side by side:
+included, as upstream's is), so `benchmarks/compare_upstream.py sampler` can set the two side by side:
 
   python benchmarks/sampler.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5 --arch qwen3 ...]
 
-At batch 1 it also measures this machine's memory bandwidth the way ../shared/peer/roofline.py does (a
+At batch 1 it also measures this machine's memory bandwidth (a
 jitted float32 sum over a 512 MB array) and reports the fraction of the bandwidth-bound decode ceiling
 reached: (bytes of weights + KV cache read per step) / bandwidth = seconds per token.
 """
@@ -20,13 +20,13 @@ import statistics
 import sys
 import time
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # as the peer's IntTokenizer
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # as upstream_bench.py's IdText
 FIRST_FREE_ID = 3
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # model flags: the same names and defaults as the peer's peer_common.add_model_args
+    # model flags: the same names and defaults as upstream_bench.py's model_flags
     p.add_argument("--arch", default="qwen3", choices=["qwen3", "llama3", "gemma3"])
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--embed-dim", type=int, default=256)
@@ -56,7 +56,7 @@ def parse_args(argv=None):
 
 
 class IntTokenizer:
-    """Text is space-separated decimal ids, as in the peer benchmark (the prompts already start with BOS)."""
+    """Text is space-separated decimal ids, as in upstream_bench.py (the prompts already start with BOS)."""
 
     pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
     eos_ids = (EOS_ID,)
@@ -86,7 +86,7 @@ def model_config(args):
 
 
 def prompt_ids(batch, prompt_len, vocab, seed):
-    """[batch, prompt_len] ids: BOS then uniform ids in [3, vocab), drawn exactly as the peer script draws them."""
+    """[batch, prompt_len] ids: BOS then uniform ids in [3, vocab), drawn exactly as upstream_bench.py draws them."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -95,7 +95,7 @@ def prompt_ids(batch, prompt_len, vocab, seed):
 
 
 def measure_bandwidth(mb, repeats=7):
-    """Median GB/s of a jitted float32 sum over an `mb`-megabyte array (roofline.py's method)."""
+    """Median GB/s of a jitted float32 sum over an `mb`-megabyte array (a bandwidth-bound pass)."""
     import jax
     import jax.numpy as jnp
 
@@ -126,6 +126,9 @@ def bytes_per_step(model, cfg, batch, buffer_len):
 
 def main(argv=None):
     args = parse_args(argv)
+    from tunix_lit import runtime
+
+    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
     t0 = time.perf_counter()
     import jax
     import numpy as np

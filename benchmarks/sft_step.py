@@ -1,16 +1,16 @@
 """Benchmark: one PeftTrainer update on tiny Qwen 3 (4 layers x 256, vocab 8192), full / LoRA / QLoRA.
 
-Takes the same flags as ../shared/peer/peer_sft_bench.py (upstream Tunix's PeftTrainer) and prints one
-JSON line per mode with the same figure key, `tokens_per_s`, so `compare.sh sft` can set them side by side.
+Takes the same flags as upstream's side (`benchmarks/upstream_bench.py sft`) (upstream Tunix's PeftTrainer) and prints one
+JSON line per mode with the same figure key, `tokens_per_s`, so `benchmarks/compare_upstream.py sft` can set them side by side.
 The mode follows `--lora-rank` (0 = full, >0 = LoRA) unless `--mode` names one or `all`:
 
   python benchmarks/sft_step.py [--batch 8 --seq-len 128 --steps 12 --lora-rank 0|8] [--mode full|lora|qlora|all]
 
-Timing as the peer script does it: `--steps` synchronous updates (each a `trainer.train([batch])` call,
+Timing as upstream's side does it: `--steps` synchronous updates (each a `trainer.train([batch])` call,
 then block on the parameters; the first compiles, steps 3..N give the median), then one `train` call over
 `--pipelined-steps` batches (our own loop, asynchronous dispatch) for wall time per step.
 `peak_rss_mb` is the process's high-water mark, so with `--mode all` later lines include earlier modes;
-run one mode per process (as compare.sh does) for a clean figure.
+run one mode per process (as compare_upstream.py does) for a clean figure.
 """
 
 import argparse
@@ -24,7 +24,7 @@ import time
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The model flags: the same names and defaults as the peer's peer_common.add_model_args."""
+    """The model flags: the same names and defaults as upstream_bench.py's model_flags."""
     p.add_argument("--arch", default="qwen3", choices=["qwen3", "llama3", "gemma3"])
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--embed-dim", type=int, default=256)
@@ -41,7 +41,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(p)
-    # bench flags (peer's) and ours
+    # bench flags (upstream's side's) and ours
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=12, help="synchronous steps (the first one compiles)")
@@ -53,7 +53,7 @@ def parse_args(argv=None):
                    help="default: full if --lora-rank is 0, else lora")
     args, unknown = p.parse_known_args(argv)
     if unknown:
-        print(f"warning: ignoring flags the peer takes but we do not: {unknown}", file=sys.stderr)
+        print(f"warning: ignoring flags upstream's side takes but we do not: {unknown}", file=sys.stderr)
     return args
 
 
@@ -61,7 +61,7 @@ LORA_TARGETS = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down
 
 
 def build_model(args):
-    """Tiny random decoder with the peer's shapes, via our presets."""
+    """Tiny random decoder with upstream_bench.py's shapes, via our presets."""
     from tunix_lit.models.transformer import ModelConfig, create_model
 
     name = {"qwen3": "tiny-qwen3", "llama3": "tiny-llama3", "gemma3": "tiny-gemma3"}[args.arch]
@@ -116,7 +116,7 @@ def run_mode(args, mode):
 
     T, B = args.seq_len, args.batch
     n_batches = args.steps + args.pipelined_steps
-    rng = np.random.default_rng(args.seed + 1)  # BOS then uniform ids, as the peer's make_prompt_ids
+    rng = np.random.default_rng(args.seed + 1)  # BOS then uniform ids, as upstream_bench.py's prompt_ids
     ids = np.concatenate([np.ones((n_batches * B, 1)), rng.integers(3, args.vocab_size, (n_batches * B, T - 1))], 1)
     ids = ids.astype(np.int32).reshape(n_batches, B, T)
     batches = [dict(tokens=ids[i], loss_mask=np.ones((B, T), np.int32)) for i in range(n_batches)]
@@ -175,6 +175,9 @@ def env_info():
 
 def main(argv=None):
     args = parse_args(argv)
+    from tunix_lit import runtime
+
+    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
     t0 = time.perf_counter()
     import jax  # noqa: F401
