@@ -66,10 +66,10 @@ def greedy_reference(model, prompt_ids, max_new_tokens, stop_ids=()):
     return ids[len(prompt_ids):]
 
 
-def full_logprobs(model, prompt, completion):
-    """log_softmax of one full forward pass over prompt + completion, at each completion token."""
+def full_logprobs(model, prompt, completion, temperature=1.0):
+    """log_softmax(logits / T) of one full forward pass over prompt + completion, at each completion token (NumPy)."""
     seq = np.asarray([list(prompt) + list(completion)], np.int32)
-    logits = np.asarray(model(jnp.asarray(seq))[0][0], np.float64)
+    logits = np.asarray(model(jnp.asarray(seq))[0][0], np.float64) / temperature
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
     rows = np.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
     return logp[rows, np.asarray(completion)]
@@ -116,12 +116,28 @@ def test_greedy_equals_transformers_generate(family, tmp_path):
     np.testing.assert_array_equal(np.stack(out.tokens), want)
 
 
-def test_sampled_logprobs_equal_full_forward_log_softmax(tok, model):
-    """Sampled at T=1.3 with top-k and top-p, the reported log-probs are the raw model's, not the processed ones."""
+def test_sampled_logprobs_equal_full_forward_log_softmax_at_temperature(tok, model):
+    """Sampled at T=1.3 with top-k and top-p, the reported log-probs are log softmax(logits / 1.3), untruncated."""
     out = Sampler(model, tok)(PROMPTS, max_new_tokens=12, temperature=1.3, top_k=12, top_p=0.95, seed=4,
                               stop_tokens=[])
     for prompt, toks, lps in zip(out.prompt_tokens, out.tokens, out.logprobs):
         assert toks.shape == lps.shape == (12,)
+        np.testing.assert_allclose(lps, full_logprobs(model, prompt, toks, temperature=1.3), atol=2e-4)
+        assert np.abs(lps - full_logprobs(model, prompt, toks)).max() > 1e-3  # not the raw logits' (T matters)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 0.9, 2.0])
+def test_sampled_logprobs_follow_the_temperature(tok, model, temperature):
+    """Plain temperature sampling: the log-probs the learners recompute at the same T (NumPy reference)."""
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=8, temperature=temperature, seed=1, stop_tokens=[])
+    for prompt, toks, lps in zip(out.prompt_tokens, out.tokens, out.logprobs):
+        np.testing.assert_allclose(lps, full_logprobs(model, prompt, toks, temperature=temperature), atol=2e-4)
+
+
+def test_greedy_logprobs_are_the_raw_logits(tok, model):
+    """Greedy counts as temperature 1."""
+    out = Sampler(model, tok)(PROMPTS, max_new_tokens=8, temperature=0.0, stop_tokens=[])
+    for prompt, toks, lps in zip(out.prompt_tokens, out.tokens, out.logprobs):
         np.testing.assert_allclose(lps, full_logprobs(model, prompt, toks), atol=2e-4)
 
 

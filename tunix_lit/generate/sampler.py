@@ -12,7 +12,8 @@ __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf',
 # tokens; the KV cache lives in the decode loop's carry, which is donated so XLA updates it in place.
 # Follows the shape of upstream Tunix's vanilla sampler (tunix/generate/sampler.py). Leaves out beam
 # search, multimodal inputs, forbidden tokens and returning full logits; keeps the log-prob of each
-# sampled token under the model's raw logits, which is what the RL chapters need.
+# sampled token under the distribution it was drawn from (logits / temperature), which the RL chapters
+# compare with the trainer's recompute at the same temperature.
 import collections
 import contextlib
 import dataclasses
@@ -137,12 +138,12 @@ def resolve_sampling(temperature, top_k, top_p) -> tuple[SamplingMode, float]:
 
 
 def pick_tokens(logits, key, temperature, top_p, mode: SamplingMode):
-    """Next ids int32 [B] from float32 logits [B, V], and their log-probs under the raw logits, float32 [B]."""
+    """Next ids int32 [B] from float32 logits [B, V], and their log-probs under softmax(logits / T), float32 [B]."""
     if mode.greedy:
         tokens = greedy_argmax(logits)
     else:
         tokens = sample_logits(logits, key, temperature, top_p, top_k=mode.top_k, use_top_p=mode.use_top_p)
-    return tokens, token_logprobs(logits, tokens)
+    return tokens, token_logprobs(logits / temperature, tokens)  # greedy runs at temperature 1
 
 # %% ../../nbs/14_sampler.ipynb #d95a7b66
 @struct.dataclass
@@ -151,7 +152,7 @@ class DecodeState:
 
     step: jax.Array  # int32 []: the slot whose token is fed next (= the cache's write index)
     tokens: jax.Array  # int32 [B, L]: left-padded prompt, then generated ids; pad beyond
-    logprobs: jax.Array  # float32 [B, L]: log-prob of each generated id under the raw logits; 0 elsewhere
+    logprobs: jax.Array  # float32 [B, L]: log-prob of each generated id under softmax(logits / T); 0 elsewhere
     done: jax.Array  # bool [B]: the row has emitted a stop token
     pad: jax.Array  # int32 [B]: left pads per row, so position = slot - pad
     mask: jax.Array  # bool [B, 1, L]: key slots the next query may see (one more each step)
@@ -211,7 +212,7 @@ class SamplerOutput:
 
     text: list  # str per row: the completion (after the prompt text when echo), stop token left out
     tokens: list  # int32 [T_b] per row: generated ids, the stop token last if the row finished (prompt first when echo)
-    logprobs: list  # float32 [T_b] per row: log pi(id | prefix) under the raw logits; NaN for echoed prompt ids
+    logprobs: list  # float32 [T_b] per row: log softmax(logits / T) at each id; NaN for echoed prompt ids
     finished: np.ndarray  # bool [B]: the row emitted a stop token (else it used up max_new_tokens)
     prompt_tokens: list  # int32 [P_b] per row: the prompt ids the model saw
 
