@@ -227,6 +227,18 @@ def test_sandbox_kills_at_the_wall_clock():
 
 
 @needs_sandbox
+def test_a_process_that_leaves_its_group_dies_with_the_run():
+    """A grandchild in its own session holding stdout open would keep a plain subprocess alive for 60 s."""
+    start = time.monotonic()
+    r = T.run_code("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')", FAST)
+    assert r.stdout == "parent done\n" and not r.timed_out and time.monotonic() - start < 4
+    start = time.monotonic()
+    r = T.run_code("import os, time\nos.setsid()\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)",
+                   T.SandboxLimits(timeout_s=1))
+    assert r.timed_out and time.monotonic() - start < 4
+
+
+@needs_sandbox
 def test_sandbox_cpu_and_file_limits():
     r = T.run_code("while True: pass", T.SandboxLimits(timeout_s=10, cpu_s=1))
     assert not r.timed_out and r.returncode < 0  # killed by the CPU limit before the wall clock
@@ -245,9 +257,9 @@ def test_sandbox_environment_is_empty_and_its_directory_thrown_away(monkeypatch)
 
 def test_sandbox_fails_closed_when_it_cannot_isolate(monkeypatch, tmp_path):
     """With unshare given an invalid flag (EINVAL), nothing runs and SandboxUnavailable says why."""
-    monkeypatch.setattr(T, "_BOOTSTRAP", T._BOOTSTRAP.replace("0x40000000", "0x7fffffff"))
+    monkeypatch.setattr(T, "_BOOTSTRAP", T._BOOTSTRAP.replace("NEWNET, NEWPID, NEWUSER = 0x40000000", "NEWNET, NEWPID, NEWUSER = 0x7fffffff"))
     marker = tmp_path / "ran"
-    with pytest.raises(T.SandboxUnavailable, match="network namespace"):
+    with pytest.raises(T.SandboxUnavailable, match="network and PID namespace"):
         T.run_code(f"open({str(marker)!r}, 'w').write('x')", FAST)
     assert not marker.exists()
 

@@ -9,7 +9,7 @@ __all__ = ['ENDINGS', 'ERROR_KINDS', 'PARSERS', 'Status', 'Turn', 'Trajectory', 
            'ParsedTurn', 'QwenParser', 'LlamaParser', 'GemmaParser', 'TinyParser', 'get_parser', 'StepResult',
            'Environment', 'ToolEnv', 'sum_tasks', 'exact_match', 'calculator_env']
 
-# %% ../../nbs/50_tools.ipynb #c6646765
+# %% ../../nbs/50_tools.ipynb #ca135468
 # Follows upstream Tunix's agentic pieces in purpose: the trajectory statuses, a tool with a name,
 # description and argument schema, a tool manager that turns failures into error outputs, tool-call
 # parsers by name (Qwen's <tool_call> JSON spans), a reset/step environment that runs calls or scores
@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-# %% ../../nbs/50_tools.ipynb #a7ec7c6a
+# %% ../../nbs/50_tools.ipynb #741f7348
 class Status(enum.Enum):
     """How an episode ended; RUNNING until it has."""
 
@@ -51,7 +51,7 @@ class Status(enum.Enum):
 
 ENDINGS = tuple(s for s in Status if s is not Status.RUNNING)
 
-# %% ../../nbs/50_tools.ipynb #3469fb75
+# %% ../../nbs/50_tools.ipynb #0da96318
 @dataclasses.dataclass
 class Turn:
     """One stretch of the conversation after the prompt: model tokens (trained on) or an observation's (not)."""
@@ -71,7 +71,7 @@ class Turn:
             if self.logprobs.shape != self.tokens.shape:
                 raise ValueError(f"logprobs {self.logprobs.shape} must match tokens {self.tokens.shape}")
 
-# %% ../../nbs/50_tools.ipynb #df9af069
+# %% ../../nbs/50_tools.ipynb #25588663
 @dataclasses.dataclass
 class Trajectory:
     """One episode: the prompt's ids, the turns after it, how it ended, its reward and its counters."""
@@ -107,7 +107,7 @@ class Trajectory:
         """Every policy version that wrote a model turn (one, unless weights changed mid-episode)."""
         return {t.policy_version for t in self.model_turns}
 
-# %% ../../nbs/50_tools.ipynb #7cea4fb0
+# %% ../../nbs/50_tools.ipynb #d35b455c
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
     """One call a model asked for: a tool name and its arguments."""
@@ -145,7 +145,7 @@ class Calculator:
             return str(a // b)
         return str({"+": a + b, "-": a - b, "*": a * b}[op])
 
-# %% ../../nbs/50_tools.ipynb #09f79de9
+# %% ../../nbs/50_tools.ipynb #76874cb5
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
@@ -155,7 +155,7 @@ def tool_schema(tool: Tool) -> dict:
     return {"type": "function", "function": {"name": tool.name, "description": tool.description,
             "parameters": {"type": "object", "properties": props, "required": list(tool.parameters)}}}
 
-# %% ../../nbs/50_tools.ipynb #fcb7ef2c
+# %% ../../nbs/50_tools.ipynb #eb2d436b
 ERROR_KINDS = ("parse_error", "unknown_tool", "bad_arguments", "tool_error", "tool_timeout")
 
 
@@ -189,7 +189,7 @@ def check_arguments(tool: Tool, arguments: dict) -> Optional[str]:
             return f"{tool.name} argument {k!r} must be {_JSON_TYPES[kind]}; got {type(v).__name__} {v!r}"
     return None
 
-# %% ../../nbs/50_tools.ipynb #4fe71620
+# %% ../../nbs/50_tools.ipynb #3abc42df
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any]:
     """Run `fn()` in a daemon thread: ("ok", value), ("error", exception) or ("timeout", None) after `timeout_s`."""
     box = {}
@@ -207,7 +207,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any
         return "timeout", None
     return ("ok", box["ok"]) if "ok" in box else ("error", box["error"])
 
-# %% ../../nbs/50_tools.ipynb #30228d43
+# %% ../../nbs/50_tools.ipynb #05fb6c70
 class ToolManager:
     """Tools by name; `run(call)` checks the call, runs it with a timeout and always returns an Observation."""
 
@@ -251,12 +251,12 @@ class ToolManager:
             return Observation(f"Error: {call.name} raised {type(value).__name__}: {value}", "tool_error")
         return Observation(value if isinstance(value, str) else json.dumps(value))
 
-# %% ../../nbs/50_tools.ipynb #55d3d4f2
+# %% ../../nbs/50_tools.ipynb #95376138
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
     """The limits of one sandboxed run."""
 
-    timeout_s: float = 5.0  # wall clock, then the whole process group is killed
+    timeout_s: float = 5.0  # wall clock, then everything the run started is killed
     cpu_s: int = 5          # RLIMIT_CPU: CPU seconds
     memory_mb: int = 512    # RLIMIT_AS: address space
     file_mb: int = 8        # RLIMIT_FSIZE: largest file it may write
@@ -283,22 +283,38 @@ class SandboxResult:
 class SandboxUnavailable(RuntimeError):
     """The sandbox could not be set up (no network namespace, rlimits refused): nothing was run."""
 
-# %% ../../nbs/50_tools.ipynb #5a5664f5
+# %% ../../nbs/50_tools.ipynb #830617e2
 _SETUP_FAILED = "tunix_lit-sandbox-setup-failed"
 _NOBODY = 65534
 _BOOTSTRAP = r"""
-import ctypes, os, resource, sys
+import ctypes, os, resource, select, signal, sys
 cpu, mem, fsize, nproc = (int(v) for v in sys.argv[1:5])
 python = sys.argv[5]
 def fail(what):
     sys.stderr.write("%s: %s\n" % (MARK, what)); sys.stderr.flush(); os._exit(111)
 libc = ctypes.CDLL(None, use_errno=True)
-NEWNET, NEWUSER = 0x40000000, 0x10000000
-if libc.unshare(NEWNET) != 0 and libc.unshare(NEWUSER | NEWNET) != 0:
-    fail("no new network namespace (errno %d)" % ctypes.get_errno())
+NEWNET, NEWPID, NEWUSER = 0x40000000, 0x20000000, 0x10000000
+if libc.unshare(NEWNET | NEWPID) != 0 and libc.unshare(NEWUSER | NEWNET | NEWPID) != 0:
+    fail("no new network and PID namespace (errno %d)" % ctypes.get_errno())
+alive_r, alive_w = os.pipe()  # the bootstrap holds alive_w open: EOF on alive_r means it died
+child = os.fork()  # PID 1 of the new namespace: when it exits, every process inside is killed
+if child:
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):  # die the same way, so the caller sees the signal
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status))
 try:
     if os.getuid() == 0:  # root ignores RLIMIT_NPROC: run as nobody
         os.setgroups([]); os.setresgid(NOBODY, NOBODY, NOBODY); os.setresuid(NOBODY, NOBODY, NOBODY)
+    os.close(alive_w)
+    if libc.prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG: die with the bootstrap (set after the uid change)
+        fail("cannot tie the sandbox to its parent")
+    if select.select([alive_r], [], [], 0)[0]:  # the bootstrap died before the tie: stop here
+        os._exit(137)
+    os.close(alive_r)
     for r, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, fsize),
                  (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(r, (v, v))
@@ -307,7 +323,7 @@ except OSError as e:
 os.execv(python, [python, "-I", "main.py"])
 """.replace("MARK", repr(_SETUP_FAILED)).replace("NOBODY", str(_NOBODY))
 
-# %% ../../nbs/50_tools.ipynb #124866e4
+# %% ../../nbs/50_tools.ipynb #61fa068a
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -366,7 +382,7 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResul
     return SandboxResult(out.decode("utf-8", "replace")[:cut], err[-cut:], proc.returncode, timed_out,
                          time.monotonic() - start)
 
-# %% ../../nbs/50_tools.ipynb #32f51c09
+# %% ../../nbs/50_tools.ipynb #c089fe1f
 @functools.lru_cache(maxsize=1)
 def sandbox_problem() -> Optional[str]:
     """None if this host can run the sandbox; otherwise why not (checked once per process)."""
@@ -376,7 +392,7 @@ def sandbox_problem() -> Optional[str]:
         return str(e)
     return None
 
-# %% ../../nbs/50_tools.ipynb #38d5fb96
+# %% ../../nbs/50_tools.ipynb #a642744c
 class PythonTool:
     """Run a Python program in the sandbox; its output is what the program printed."""
 
@@ -394,7 +410,7 @@ class PythonTool:
             return f"{r.stdout}exit status {r.returncode}\n{r.stderr}"
         return r.stdout
 
-# %% ../../nbs/50_tools.ipynb #354deb9c
+# %% ../../nbs/50_tools.ipynb #e89da893
 @dataclasses.dataclass
 class ParsedTurn:
     """A model turn read by a parser: the calls, why each malformed call failed, and the text outside calls."""
@@ -423,7 +439,7 @@ def _call_from(obj, args_key: str = "arguments") -> tuple[Optional[ToolCall], Op
         return None, f"arguments of {obj['name']} must be an object; got {type(args).__name__}"
     return ToolCall(obj["name"], args), None
 
-# %% ../../nbs/50_tools.ipynb #1648fb63
+# %% ../../nbs/50_tools.ipynb #105c9e65
 class QwenParser:
     """Qwen/Hermes: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number per turn."""
 
@@ -447,7 +463,7 @@ class QwenParser:
     def format_results(self, observations) -> str:
         return "".join(f"<tool_response>\n{o.text}\n</tool_response>\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #f8118cc0
+# %% ../../nbs/50_tools.ipynb #39ed6526
 class LlamaParser:
     """Llama 3.1 JSON calls: `{"name": ..., "parameters": {...}}` (optionally after <|python_tag|>, `;`-separated)."""
 
@@ -475,7 +491,7 @@ class LlamaParser:
     def format_results(self, observations) -> str:
         return "\n".join(o.text for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #37e52779
+# %% ../../nbs/50_tools.ipynb #91420dab
 class GemmaParser:
     """Gemma 3 code blocks: ```` ```tool_code\\nname(a=1, b="x")\\n``` ````, one call per line, literals only."""
 
@@ -511,7 +527,7 @@ class GemmaParser:
     def format_results(self, observations) -> str:
         return "".join(f"```tool_output\n{o.text}\n```\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #65730e51
+# %% ../../nbs/50_tools.ipynb #29928ec0
 class TinyParser:
     """The tiny world: a turn `A op B\\n` calls the calculator; a turn without a final newline is the answer."""
 
@@ -530,7 +546,7 @@ class TinyParser:
     def format_results(self, observations) -> str:
         return "".join((self.ERROR if o.error else o.text) + "\n" for o in observations)
 
-# %% ../../nbs/50_tools.ipynb #1468539e
+# %% ../../nbs/50_tools.ipynb #36800a03
 PARSERS = {"qwen": QwenParser, "hermes": QwenParser, "llama": LlamaParser, "gemma": GemmaParser,
            "tiny": TinyParser}
 
@@ -541,7 +557,7 @@ def get_parser(name: str):
         raise ValueError(f"unknown tool-call parser {name!r}; choose one of: {', '.join(PARSERS)}")
     return PARSERS[name]()
 
-# %% ../../nbs/50_tools.ipynb #2d3ee62a
+# %% ../../nbs/50_tools.ipynb #7dbaf79e
 @dataclasses.dataclass
 class StepResult:
     """One environment step: the next observation, the reward, whether the episode is done, counters."""
@@ -561,7 +577,7 @@ class Environment(Protocol):
     def reset(self) -> str: ...                  # the first observation: the prompt text
     def step(self, text: str) -> StepResult: ...  # read one model turn
 
-# %% ../../nbs/50_tools.ipynb #8bd0b276
+# %% ../../nbs/50_tools.ipynb #d1d15321
 class ToolEnv:
     """Runs the calls in a model turn; a turn without calls is the answer, scored by `reward_fn(task, answer)`."""
 
@@ -590,7 +606,7 @@ class ToolEnv:
         counts.update(o.error for o in observations if o.error)
         return StepResult(self.template.format(results=self.parser.format_results(observations)), 0.0, False, counts)
 
-# %% ../../nbs/50_tools.ipynb #0e4c31fb
+# %% ../../nbs/50_tools.ipynb #e9a8cb80
 def sum_tasks(n: int, digits: int = 4, seed: int = 0) -> list:
     """`n` tasks {"prompt": "a+b=", "answer": "a+b"} with `digits`-digit operands, drawn with `seed`."""
     if digits < 1 or n < 0:
