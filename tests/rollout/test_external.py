@@ -336,3 +336,16 @@ def test_engines_follow_the_protocol(fakes, actors):
         assert isinstance(eng, engines.RolloutEngine)
         assert eng.returns_logprobs and eng.pad_id == tok.pad_id and tok.eos_id in eng.eos_ids
         assert eng.name in eng.describe()
+
+
+def test_sync_places_tensors_on_the_engine_mesh(fakes, actors):
+    """When the engine's runner holds a JAX mesh, each tensor lands on it split as its mapping rule says."""
+    actor0, actor1, tok = actors["full"]
+    eng = ext.VllmEngine.build(actor0, tok, max_prompt_length=P, max_new_tokens=G, tensor_parallel_size=4)
+    eng.runner.mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:4]), ("model",))
+    prompts, out = _round_trip(eng, actor0, actor1, tok)
+    q = eng.runner.state["model.layers.0.self_attn.q_proj.weight"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
+    assert len(q.sharding.device_set) == 4 and q.addressable_shards[0].data.shape == (q.shape[0], 1, q.shape[2])
+    assert eng.runner.state["model.norm.weight"].sharding.is_fully_replicated
+    assert gap(actor1, prompts, out) <= TOL["float32"]
