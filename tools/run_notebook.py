@@ -2,7 +2,8 @@
 
     python tools/run_notebook.py nbs/15_host_runtime.ipynb [more notebooks ...]
 
-Every code cell runs in order in a fresh kernel started in `nbs/` (cells marked `#| eval: false`,
+Every code cell runs in order in a fresh kernel started in `nbs/`, with 8 fake CPU devices unless
+`XLA_FLAGS` says otherwise, as in the test run (cells marked `#| eval: false`,
 such as the closing `nbdev_export()`, are skipped and keep no outputs), the outputs are stored, and
 the notebook's metadata records `tunix_lit.code_sha256`: a SHA-256 of the code cells' sources.
 `tests/test_notebook_outputs.py` recomputes that hash from the file and fails when it differs, so a
@@ -13,6 +14,7 @@ A failing cell stops the run and leaves the file as it was.
 import argparse
 import datetime
 import hashlib
+import os
 import re
 import sys
 import time
@@ -57,8 +59,10 @@ def run_notebook(path: Path, timeout: int = 3600) -> float:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent.resolve())}})
+    env = dict(os.environ)
+    env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")  # as the test run gives every notebook
     start = time.perf_counter()
-    with client.setup_kernel():
+    with client.setup_kernel(env=env):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
