@@ -283,8 +283,12 @@ def main(argv=None) -> int:
     """Command line: build, then print where the site is and how many pages it has."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show MkDocs' own log")
+    parser.add_argument("--json", action="store_true", help="print the build summary as one JSON line (for tests)")
     args = parser.parse_args(argv)
     summary = build(quiet=not args.verbose)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
     for m in summary["missing_links"]:
         print(f"not written yet, shown as text: {m}")
     print(f"{len(summary['pages'])} pages in {summary['site']}/ ({summary['seconds']} s); "
