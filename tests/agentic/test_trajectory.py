@@ -119,6 +119,13 @@ def test_failed_when_the_environment_raises(tok, cfg):
     assert traj.status == T.Status.FAILED and "reset" in traj.error
 
 
+def test_failed_when_the_environment_writes_what_the_vocabulary_cannot_spell(tok, cfg):
+    """An observation template with letters the tiny alphabet lacks ends the episode FAILED, not the run."""
+    env = T.ToolEnv(TASK, T.ToolManager([T.Calculator()]), "tiny", T.exact_match, observation_template="Result: {results}")
+    traj = run(tok, cfg, lambda c: "1234+5678\n", env=env)
+    assert traj.status == T.Status.FAILED and "cannot be tokenised" in traj.error
+
+
 def test_a_step_cut_short_by_the_episode_clock_is_timeout_not_env_timeout(tok, cfg):
     traj = run(tok, cfg, ideal, env=Broken(T.calculator_env(TASK), hang_s=3.0), timeout_s=0.3, env_timeout_s=10)
     assert traj.status == T.Status.TIMEOUT

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['EpisodeConfig', 'ScriptedEngine', 'turn_seed', 'TrajectoryCollector']
 
-# %% ../../nbs/51_trajectory_engine.ipynb #29005be6
+# %% ../../nbs/51_trajectory_engine.ipynb #8868f785
 # Follows upstream Tunix's TrajectoryCollectEngine: reset, then model turn -> environment step ->
 # observation until done, a response-token budget, an episode wall clock, a timeout on each
 # environment step, the five endings it sets. Differs: token in, token out (no re-rendering of a
@@ -22,7 +22,7 @@ from fastcore.basics import patch
 from .tools import Status, Trajectory, Turn, call_with_timeout
 from ..rollout.engines import EngineOutput
 
-# %% ../../nbs/51_trajectory_engine.ipynb #11f09154
+# %% ../../nbs/51_trajectory_engine.ipynb #286daa39
 @dataclasses.dataclass(frozen=True)
 class EpisodeConfig:
     """The limits and sampling settings of one episode."""
@@ -51,7 +51,7 @@ class EpisodeConfig:
         if self.temperature < 0:
             raise ValueError(f"EpisodeConfig.temperature must be >= 0 (0 = greedy); got {self.temperature}")
 
-# %% ../../nbs/51_trajectory_engine.ipynb #e6b0ac99
+# %% ../../nbs/51_trajectory_engine.ipynb #dcdbe7b0
 class ScriptedEngine:
     """A rollout engine whose turns come from `script(context_text) -> next text` (+ `<eos>`); for tests and demos."""
 
@@ -78,7 +78,7 @@ class ScriptedEngine:
         return EngineOutput(rows, [np.full(r.size, self.logprob, np.float32) for r in rows],
                           [self.tokenizer.decode(r[:-1] if f else r) for r, f in zip(rows, finished)], finished)
 
-# %% ../../nbs/51_trajectory_engine.ipynb #ac46fe92
+# %% ../../nbs/51_trajectory_engine.ipynb #96d6c1dd
 def turn_seed(seed: int, turn: int) -> int:
     """A non-negative int seed for model turn `turn` of the episode seeded `seed` (reproducible, distinct per turn)."""
     return int(np.random.SeedSequence([seed, turn]).generate_state(1)[0] % (2 ** 31 - 1))
@@ -95,7 +95,7 @@ class TrajectoryCollector:
         self.stop_tokens = tuple(config.stop_tokens or getattr(engine, "eos_ids", None) or (tokenizer.eos_id,))
         self.max_prompt_tokens = config.max_prompt_tokens or getattr(engine, "max_prompt_length", None)
 
-# %% ../../nbs/51_trajectory_engine.ipynb #2663d4fb
+# %% ../../nbs/51_trajectory_engine.ipynb #1b8a98c4
 @patch
 def room(self: TrajectoryCollector, prompt_len: int, used: int) -> int:
     """Tokens the next model turn may write, after `used` conversation tokens behind a `prompt_len` prompt."""
@@ -107,7 +107,7 @@ def room(self: TrajectoryCollector, prompt_len: int, used: int) -> int:
         return 0
     return room
 
-# %% ../../nbs/51_trajectory_engine.ipynb #2d80e3df
+# %% ../../nbs/51_trajectory_engine.ipynb #acd2a959
 @patch
 def model_turn(self: TrajectoryCollector, context: list, room: int, seed: int, index: int) -> tuple[Turn, bool]:
     """Generate one model turn continuing `context` (int ids); (the turn, whether it hit a stop token)."""
@@ -118,7 +118,7 @@ def model_turn(self: TrajectoryCollector, context: list, room: int, seed: int, i
     logprobs = None if out.logprobs is None else out.logprobs[0]
     return Turn("model", self.tokenizer.decode(tokens), tokens, logprobs, version), bool(out.finished[0])
 
-# %% ../../nbs/51_trajectory_engine.ipynb #ece9e8cf
+# %% ../../nbs/51_trajectory_engine.ipynb #315f597f
 @patch
 def env_call(self: TrajectoryCollector, fn: Callable, started: float) -> tuple[str, object]:
     """Run an environment call: ("ok", value), ("error", exc), ("env_timeout", None) or ("timeout", None)."""
@@ -131,7 +131,7 @@ def env_call(self: TrajectoryCollector, fn: Callable, started: float) -> tuple[s
         return ("env_timeout" if limit == self.config.env_timeout_s else "timeout"), None
     return outcome, value
 
-# %% ../../nbs/51_trajectory_engine.ipynb #3124d6c6
+# %% ../../nbs/51_trajectory_engine.ipynb #9aad5500
 @patch
 def collect(self: TrajectoryCollector, env, seed: int = 0, group_id=None, pair_index: int = 0) -> Trajectory:
     """Run one episode of `env` with episode seed `seed`; the Trajectory ends in exactly one non-RUNNING Status."""
@@ -146,7 +146,10 @@ def collect(self: TrajectoryCollector, env, seed: int = 0, group_id=None, pair_i
     outcome, prompt = self.env_call(env.reset, started)
     if outcome != "ok":
         return end(Status.FAILED if outcome == "error" else Status(outcome), f"reset: {outcome} {prompt or ''}")
-    traj.prompt_tokens = np.asarray(self.tokenizer.encode(prompt), np.int32)
+    try:
+        traj.prompt_tokens = np.asarray(self.tokenizer.encode(prompt), np.int32)
+    except ValueError as e:  # the environment wrote text the model's vocabulary cannot spell
+        return end(Status.FAILED, f"reset: the prompt cannot be tokenised: {e}")
     context, used = traj.prompt_tokens.tolist(), 0
     for index in range(env.max_steps + 1):
         if index == env.max_steps:
@@ -171,7 +174,10 @@ def collect(self: TrajectoryCollector, env, seed: int = 0, group_id=None, pair_i
         traj.counts.update(result.counts)
         if result.done:
             return end(Status.SUCCEEDED)
-        obs = np.asarray(self.tokenizer.encode(result.observation, add_special_tokens=False), np.int32)
+        try:
+            obs = np.asarray(self.tokenizer.encode(result.observation, add_special_tokens=False), np.int32)
+        except ValueError as e:
+            return end(Status.FAILED, f"step {index}: the observation cannot be tokenised: {e}")
         if obs.size > min(cfg.max_response_tokens - used, (cfg.max_context or 1 << 62) - len(context)):
             return end(Status.MAX_CONTEXT_LIMIT_REACHED, f"observation of {obs.size} tokens does not fit")
         traj.turns.append(Turn("env", result.observation, obs))
