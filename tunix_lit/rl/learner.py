@@ -22,6 +22,7 @@ import queue
 import signal
 import threading
 import time
+import warnings
 from typing import Callable, Iterable, Optional, Sequence
 
 import jax
@@ -316,6 +317,7 @@ class RLLearner:
             self._checkpointer = checkpoint.Checkpointer(config.checkpoint_dir, max_to_keep=config.max_to_keep)
         self._stop_reason: Optional[str] = None
         self._resumed = False
+        self._gap_warned = False
 
     # -- what an algorithm provides ---------------------------------------------------------------------
     def make_experience(self, rows: list[dict], step: int, chunk: int) -> tuple[list[dict], dict]:
@@ -394,6 +396,8 @@ class RLLearner:
                 may_start.acquire()
                 if stop.is_set():
                     return
+                self.cluster.mark_policy()  # the weights every rollout of this step must come from
+                self.cluster.pop_logp_gap()  # a gap measured outside the loop belongs to no step
                 self.start_step(step)
                 t0, metrics, emitted = time.perf_counter(), [], 0
                 step_rows = list(itertools.islice(rows, s.full))  # all of the step's prompts, or none trained
@@ -423,9 +427,22 @@ class RLLearner:
                 summary = _mean_metrics(metrics)
                 summary["time/experience_s"] = time.perf_counter() - t0
                 summary["micro_batches/missing"] = float(needed - emitted)
+                self._log_gap(summary)
                 _put(q, ("end", {"data_position": position, "metrics": summary}), stop)
         except BaseException as err:  # handed to the main thread, which raises it with this traceback
             _put(q, _Failed(err), stop)
+
+    def _log_gap(self, summary: dict) -> None:
+        """Add rollout_logp_gap (max |engine − actor| log-prob over the step's tokens); say once if there is none."""
+        gap = self.cluster.pop_logp_gap()
+        if gap is not None:
+            summary["rollout_logp_gap"] = gap
+        elif not self._gap_warned:
+            self._gap_warned = True
+            why = ("returns no log-probs" if not self.cluster.rollout.returns_logprobs
+                   else "is not measured (RolloutConfig.measure_logp_gap=False)")
+            warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
+                          "rollout_logp_gap is not logged", stacklevel=2)
 
     def start_step(self, step: int) -> None:
         """Called by the producer before a global step's first chunk (algorithms reset per-step state here)."""
@@ -467,6 +484,7 @@ class RLLearner:
             for name, r in rows.items():
                 metrics.update({f"{name}/{k}": v for k, v in _mean_metrics(r).items()})
             metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
+                            "sync/seconds": float(self.cluster.last_sync.seconds),
                             "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending))})
             return {"data_position": payload["data_position"], "metrics": metrics}
 
@@ -479,9 +497,9 @@ class RLLearner:
         prompts = [r["prompt"] for r in rows]
         columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
         cfg = self.cluster.rollout_config
-        out = self.cluster.rollout.generate([self.cluster.tokenizer.encode(p) for p in prompts],
-                                            max_new_tokens or cfg.max_new_tokens, stop_tokens=cfg.stop_tokens,
-                                            max_prompt_length=cfg.max_prompt_length)
+        ids = [np.asarray(self.cluster.tokenizer.encode(p), np.int32) for p in prompts]
+        out = self.cluster.rollout.generate(ids, max_new_tokens or cfg.max_new_tokens, temperature=0.0,
+                                            stop_tokens=cfg.stop_tokens)  # greedy, on whichever engine rolls out
         metrics = {}
         if self.reward_fns:
             total, m = compute_rewards(self.reward_fns, prompts, out.text, columns)

@@ -196,6 +196,16 @@ class VanillaEngine:
         """The model with the engine's current weights (for recomputing the rollout policy's log-probs)."""
         return self.sampler.model
 
+    @property
+    def state(self) -> nnx.State:
+        """The sampler's variables (the actor's own arrays when colocated)."""
+        return self.sampler.state
+
+    @property
+    def traces(self):
+        """Times the sampler's prefill and decode were compiled."""
+        return self.sampler.traces
+
     def generate(self, prompt_ids: Sequence[np.ndarray], max_new_tokens: int, *, temperature: float,
                  top_k: Optional[int] = None, top_p: Optional[float] = None, seed=0,
                  stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
