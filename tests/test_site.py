@@ -234,3 +234,23 @@ def test_every_page_in_a_browser(site, server, browser):
     print(f"opened {checked} pages, checked {len(link_status)} internal link targets")
     assert checked == len(site["pages"]) and checked > 20
     assert not problems, "\n".join(problems)
+
+
+def test_notebook_pages_hide_what_nbdev_hides(tmp_path, monkeypatch):
+    cells = [("code", "#| default_exp models.transformer"), ("markdown", "# T\n\nSee [the next](20_rl_common.ipynb)."),
+             ("code", "#| hide\nimport os"), ("code", "#| export\ndef f():\n    return 1"),
+             ("code", "#| eval: false\nnbdev_export()"), ("code", "#| echo: false\nf()")]
+    nb = {"cells": [{"cell_type": k, "source": s, "metadata": {}, **({"outputs": []} if k == "code" else {})}
+                    for k, s in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    src = tmp_path / "10_demo.ipynb"
+    src.write_text(json.dumps(nb))
+    monkeypatch.setattr(build_site, "STAGE", tmp_path / "stage")
+    (tmp_path / "stage" / "nbs").mkdir(parents=True)
+    pages = {"nbs/10_demo.ipynb": "nbs/10_demo.ipynb", "nbs/20_rl_common.ipynb": "nbs/20_rl_common.ipynb"}
+    build_site.stage_notebook(src, "nbs/10_demo.ipynb", build_site.Rewriter(pages, []))
+    staged = json.loads((tmp_path / "stage" / "nbs" / "10_demo.ipynb").read_text())["cells"]
+    tags = [set(c["metadata"].get("tags", [])) for c in staged]
+    assert [("remove_cell" in t) for t in tags] == [True, False, True, False, True, False]
+    assert "remove_input" in tags[5]
+    assert staged[3]["source"] == "def f():\n    return 1"  # directive lines are not shown
+    assert "(20_rl_common.html)" in staged[1]["source"]  # notebook links point at the built page

@@ -41,7 +41,7 @@ NOTEBOOK = re.compile(r"^(\d)(\d)[a-z]?_[\w-]+\.ipynb$")  # 10_model.ipynb, 13b_
 PROSE = re.compile(r"^(\d)(\d)_[\w-]+\.md$")
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]+)>?(\s+\"[^\"]*\")?\s*\)")
 HTML_REF = re.compile(r"""(\b(?:src|href)=")([^"]+)(")""")
-DIRECTIVE = re.compile(r"^\s*#\s*\|\s*([\w-]+)\s*(?::\s*(.*?))?\s*$")
+DIRECTIVE = re.compile(r"^\s*#\s*\|\s*([\w-]+)(?:\s*:\s*|\s+)?(.*?)\s*$")  # `#| eval: false`, `#| default_exp x.y`
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 OWN_RAW = re.compile(r"^https://(?:raw\.githubusercontent\.com/[^/]+/[^/]+/[^/]+|github\.com/[^/]+/[^/]+/(?:raw|blob)/[^/]+)/"
                      r"((?:nbs|chapters)/images/[^?#]+)(?:\?raw=true)?$")
