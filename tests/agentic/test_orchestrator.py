@@ -24,6 +24,14 @@ def cfg(tok):
     return EpisodeConfig(max_context=64, stop_tokens=(tok.eos_id, tok.encode("\n", add_special_tokens=False)[0]))
 
 
+@pytest.fixture(scope="module")
+def real(tok, cfg):
+    """A collector over the shipped model through chapter 40's vanilla engine (built once)."""
+    from tunix_lit.rollout.engines import VanillaEngine
+    engine = VanillaEngine.build(tiny.load()[0], tok, max_prompt_length=48, max_new_tokens=16)
+    return TrajectoryCollector(engine, tok, cfg)
+
+
 def ideal(context: str) -> str:
     lines = context.split("\n")
     return context.rstrip("=") + "\n" if len(lines) == 1 else lines[-2]
@@ -286,16 +294,32 @@ def test_lifecycle_errors_and_stop(tok, cfg):
         Orchestrator(collector, T.calculator_env, group_size=2, max_concurrency=0)
 
 
+def test_a_resumed_run_reproduces_the_rest_of_the_uninterrupted_one(real):
+    """Groups 3.. of a run started at first_group=3 on tasks[3:] equal groups 3.. of the full run."""
+    collector = real
+    tasks = T.sum_tasks(5, digits=2, seed=4)
+    run = lambda ts, first: {g[0].group_id: [t.conversation()[0].tolist() for t in g] for g in Orchestrator(
+        collector, T.calculator_env, group_size=2, max_concurrency=3, seed=5).start(ts, first).groups(60)}
+    full, resumed = run(tasks, 0), run(tasks[3:], 3)
+    assert sorted(resumed) == [3, 4] and all(resumed[g] == full[g] for g in resumed)
+
+
+def test_a_consumer_that_stops_early_stops_the_producer(tok, cfg):
+    collector = TrajectoryCollector(ScriptedEngine(tok, ideal), tok, cfg)
+    orch = Orchestrator(collector, T.calculator_env, group_size=2, max_concurrency=2)
+    for _ in orch.start(itertools.cycle(T.sum_tasks(3))).groups(timeout=10):
+        break  # the generator closes: no new episodes
+    orch._producer.join(5)
+    assert not orch._producer.is_alive()
+
+
 def test_episode_seeds_are_distinct():
     seeds = {episode_seed(s, g, p) for s in range(3) for g in range(20) for p in range(8)}
     assert len(seeds) == 3 * 20 * 8
 
 
-def test_real_model_trajectories_do_not_depend_on_concurrency(tok, cfg):
-    from tunix_lit.rollout.engines import VanillaEngine
-    model, _ = tiny.load()
-    engine = VanillaEngine.build(model, tok, max_prompt_length=48, max_new_tokens=16)
-    collector = TrajectoryCollector(engine, tok, cfg)
+def test_real_model_trajectories_do_not_depend_on_concurrency(real):
+    collector = real
     tasks = T.sum_tasks(4, digits=2, seed=2) + T.sum_tasks(2, digits=4, seed=2)
     runs = []
     for concurrency in (1, 4):

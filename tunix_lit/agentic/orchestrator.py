@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['SyncLock', 'GroupQueue', 'episode_seed', 'Orchestrator']
 
-# %% ../../nbs/52_orchestrator.ipynb #0ddbbf78
+# %% ../../nbs/52_orchestrator.ipynb #f9cf5634
 # Follows upstream Tunix's agentic pipeline: RolloutSyncLock (a readers-writer lock where a waiting
 # weight sync blocks new rollouts), GroupQueueManager (episodes bucketed by group, a group released
 # when complete) and RolloutOrchestrator (at most max_concurrency episodes, each under a rollout
@@ -24,7 +24,7 @@ from fastcore.basics import patch
 from .tools import Trajectory
 from .trajectory import TrajectoryCollector
 
-# %% ../../nbs/52_orchestrator.ipynb #1abc607d
+# %% ../../nbs/52_orchestrator.ipynb #41af92ce
 class SyncLock:
     """A readers–writer lock preferring the writer: episodes read, the weight sync writes, and a waiting sync bars new episodes."""
 
@@ -70,7 +70,7 @@ class SyncLock:
         """Episodes holding a read share now."""
         return self._readers
 
-# %% ../../nbs/52_orchestrator.ipynb #98114fe4
+# %% ../../nbs/52_orchestrator.ipynb #f3e4f74c
 class GroupQueue:
     """Finished episodes by group; a group of `group_size` episodes is released whole, in pair order."""
 
@@ -125,7 +125,7 @@ class GroupQueue:
         """Groups with some but not all of their episodes in."""
         return len(self._buckets)
 
-# %% ../../nbs/52_orchestrator.ipynb #da123c12
+# %% ../../nbs/52_orchestrator.ipynb #333e5130
 def episode_seed(seed: int, group_id: int, pair_index: int) -> int:
     """A non-negative int seed for one episode, distinct per (seed, group, pair) and fixed across runs."""
     return int(np.random.SeedSequence([seed, group_id, pair_index]).generate_state(1)[0] % (2 ** 31 - 1))
@@ -149,7 +149,7 @@ class Orchestrator:
         self._producer: Optional[threading.Thread] = None
         self._running, self.peak_concurrency, self._count_lock = 0, 0, threading.Lock()
 
-# %% ../../nbs/52_orchestrator.ipynb #e0a99324
+# %% ../../nbs/52_orchestrator.ipynb #4f9138c8
 @patch
 def _episode(self: Orchestrator, task: dict, group_id: int, pair_index: int) -> None:
     try:
@@ -167,12 +167,12 @@ def _episode(self: Orchestrator, task: dict, group_id: int, pair_index: int) -> 
             self._running -= 1
         self._slots.release()
 
-# %% ../../nbs/52_orchestrator.ipynb #acabdaea
+# %% ../../nbs/52_orchestrator.ipynb #c84fe56d
 @patch
-def _produce(self: Orchestrator, tasks: Iterable[dict]) -> None:
+def _produce(self: Orchestrator, tasks: Iterable[dict], first_group: int) -> None:
     workers = []
     try:
-        for group_id, task in enumerate(tasks):
+        for group_id, task in enumerate(tasks, start=first_group):
             while not self._ahead.acquire(timeout=0.05):
                 if self._stop.is_set():
                     return
@@ -196,23 +196,27 @@ def _produce(self: Orchestrator, tasks: Iterable[dict]) -> None:
 
 
 @patch
-def start(self: Orchestrator, tasks: Iterable[dict]) -> "Orchestrator":
-    """Start producing groups of episodes from `tasks` (any iterable, read lazily) on a background thread."""
+def start(self: Orchestrator, tasks: Iterable[dict], first_group: int = 0) -> "Orchestrator":
+    """Produce groups of episodes from `tasks` (read lazily) on a background thread; group ids count from `first_group`."""
     if self._producer is not None:
         raise RuntimeError("this Orchestrator was already started; make a new one for another run")
-    self._producer = threading.Thread(target=self._produce, args=(tasks,), daemon=True, name="tunix_lit-producer")
+    self._producer = threading.Thread(target=self._produce, args=(tasks, first_group), daemon=True,
+                                      name="tunix_lit-producer")
     self._producer.start()
     return self
 
-# %% ../../nbs/52_orchestrator.ipynb #3d2bea1e
+# %% ../../nbs/52_orchestrator.ipynb #4453ebc0
 @patch
 def groups(self: Orchestrator, timeout: Optional[float] = None) -> Iterator[list]:
     """Yield each complete group (a list of `group_size` Trajectory) until the run ends."""
     if self._producer is None:
         raise RuntimeError("call start(tasks) before groups()")
-    while (group := self.queue.get(timeout)) is not None:
-        self._ahead.release()
-        yield group
+    try:
+        while (group := self.queue.get(timeout)) is not None:
+            self._ahead.release()
+            yield group
+    finally:  # an error, or a consumer that stops early: start no more episodes
+        self._stop.set()
 
 
 @patch
