@@ -183,7 +183,7 @@ def stage_notebook(src: Path, staged: str, rw: Rewriter) -> None:
 
 
 def _title(repo_path: str, readme_titles: dict) -> str:
-    """A short nav title: the README table's name for a notebook, else the page's H1 up to a colon."""
+    """A short nav title: "NN · name" for a notebook (the README table's name, else its H1 up to a colon), "Article · H1" for prose."""
     path = ROOT / repo_path
     if repo_path in readme_titles:
         h1 = readme_titles[repo_path]
@@ -194,6 +194,8 @@ def _title(repo_path: str, readme_titles: dict) -> str:
     else:
         h1 = next((l[2:] for l in path.read_text().splitlines() if l.startswith("# ")), path.stem)
     h1 = h1.split(":")[0].strip()
+    if path.suffix == ".md":  # a prose chapter shares its number with a notebook: name its kind instead
+        return f"Article · {h1}" if repo_path.startswith("chapters/") and PROSE.match(path.name) else h1
     number = re.match(r"^(\d\d[a-z]?)_", path.name)
     return f"{number.group(1)} · {h1}" if number else h1
 
