@@ -1,0 +1,129 @@
+"""The rollout-engine interface: the registry's errors, the vanilla engine against references, user engines."""
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tunix_lit.models import tiny
+from tunix_lit.rl.cluster import RLCluster, RolloutConfig
+from tunix_lit.rollout import engines
+
+PROMPTS = ["12+7=", "40+41=", "3+5=", "99+9="]
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return tiny.load()
+
+
+def ids(tok, prompts=PROMPTS):
+    return [np.asarray(tok.encode(p), np.int32) for p in prompts]
+
+
+def numpy_logprobs(model, prompt, completion, temperature):
+    """log softmax(logits / T) at each completion token from one full forward pass, in NumPy float64."""
+    seq = jnp.asarray([list(prompt) + list(completion)], jnp.int32)
+    z = np.asarray(model(seq)[0][0], np.float64) / temperature
+    z = z - z.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    rows = np.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
+    return logp[rows, np.asarray(completion)]
+
+
+def test_unknown_engine_name_lists_the_valid_names():
+    for call in (lambda: engines.check_engine("vlm"), lambda: RolloutConfig(engine="vlm")):
+        with pytest.raises(ValueError, match="unknown rollout engine 'vlm'; choose one of: vanilla, hf, vllm, sglang_jax"):
+            call()
+
+
+def test_an_object_that_is_not_an_engine_says_what_it_lacks():
+    with pytest.raises(TypeError, match=r"lacks \['name', 'pad_id'"):
+        RolloutConfig(engine=object())
+
+
+def test_missing_torch_fails_at_config_time_naming_the_extra(monkeypatch):
+    """With torch unimportable, choosing hf fails in RolloutConfig, before any model is built."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(engines.EngineUnavailable, match=r'pip install "tunix-lit\[hf\]"'):
+        RolloutConfig(engine="hf")
+    assert issubclass(engines.EngineUnavailable, ImportError)
+
+
+def test_importing_the_rollout_layer_imports_no_torch():
+    code = ("import sys, tunix_lit.rollout.engines, tunix_lit.rollout.sync, tunix_lit.rl.cluster; "
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]
+
+
+def test_vanilla_engine_log_probs_are_the_sampled_distributions(tiny_model):
+    """At T=0.7 the engine's log-probs are log softmax(logits / 0.7) of a full forward pass (NumPy)."""
+    model, tok = tiny_model
+    engine = engines.make_engine("vanilla", model, tok, max_prompt_length=8, max_new_tokens=6)
+    assert isinstance(engine, engines.RolloutEngine)
+    out = engine.generate(ids(tok), 6, temperature=0.7, seed=2)
+    for prompt, toks, lps in zip(ids(tok), out.tokens, out.logprobs):
+        np.testing.assert_allclose(lps, numpy_logprobs(model, prompt, toks, 0.7), atol=1e-4)
+    again = engine.generate(ids(tok), 6, temperature=0.7, seed=2)
+    assert all(np.array_equal(a, b) for a, b in zip(out.tokens, again.tokens))
+
+
+def test_vanilla_apart_sync_moves_the_trainable_bytes_and_then_matches(tiny_model):
+    """A rollout on other devices: sync_bytes predicts the report (sum of sizes × itemsize), then greedy agrees."""
+    _, tok = tiny_model
+    model = tiny.load()[0]
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[4:]).reshape(2, 2), ("fsdp", "tp"))
+    apart = engines.make_engine("vanilla", model, tok, max_prompt_length=8, max_new_tokens=6, mesh=mesh)
+    nnx.update(model, jax.tree.map(lambda x: x * 1.05, nnx.state(model, nnx.Param)))
+    expected = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert apart.sync_bytes(model) == expected
+    report = apart.sync_weights(model)
+    assert report.bytes_moved == expected and report.tensors == len(jax.tree.leaves(nnx.state(model, nnx.Param)))
+    local = engines.make_engine("vanilla", model, tok, max_prompt_length=8, max_new_tokens=6)
+    a, b = apart.generate(ids(tok), 6, temperature=0.0), local.generate(ids(tok), 6, temperature=0.0)
+    assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens))
+
+
+def test_vanilla_refuses_a_dtype_other_than_the_actors(tiny_model):
+    model, tok = tiny_model
+    with pytest.raises(ValueError, match="runs in the actor's dtype"):
+        engines.make_engine("vanilla", model, tok, max_prompt_length=8, max_new_tokens=6, dtype="bfloat16")
+
+
+class NoLogprobEngine:
+    """A user's engine: always answers with the stop token, cannot report log-probs."""
+
+    name, dtype, returns_logprobs = "mine", np.float32, False
+
+    def __init__(self, tok):
+        self.pad_id, self.eos_ids, self.syncs = tok.pad_id, (tok.eos_id,), 0
+
+    def generate(self, prompt_ids, max_new_tokens, *, temperature, top_k=None, top_p=None, seed=0, stop_tokens=None):
+        n = len(prompt_ids)
+        return engines.EngineOutput([np.array([self.eos_ids[0]], np.int32)] * n, None, [""] * n, np.ones(n, bool))
+
+    def sync_weights(self, actor):
+        self.syncs += 1
+        return engines.SyncReport(0, 0.0, 0)
+
+    def sync_bytes(self, actor):
+        return 0
+
+    def describe(self):
+        return "mine: a test engine"
+
+
+def test_a_user_engine_object_generates_for_the_cluster(tiny_model):
+    model, tok = tiny_model
+    mine = NoLogprobEngine(tok)
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=4, max_prompt_length=8, engine=mine))
+    assert cluster.rollout is mine and mine.syncs == 1  # the first sync gave it the actor's weights
+    ro = cluster.generate(PROMPTS)
+    assert ro.completion_ids.shape == (4, 4) and ro.completion_mask.sum() == 4 and np.isnan(ro.logprobs).all()
+    assert cluster.pop_logp_gap() is None
+    cluster.sync_weights()
+    assert mine.syncs == 2 and "unavailable (the engine returns no log-probs)" in cluster.explain()
