@@ -259,8 +259,10 @@ def test_sandbox_fails_closed_when_it_cannot_isolate(monkeypatch, tmp_path):
     """With unshare given an invalid flag (EINVAL), nothing runs and SandboxUnavailable says why."""
     monkeypatch.setattr(T, "_BOOTSTRAP", T._BOOTSTRAP.replace("NEWNET, NEWPID, NEWUSER = 0x40000000", "NEWNET, NEWPID, NEWUSER = 0x7fffffff"))
     marker = tmp_path / "ran"
-    with pytest.raises(T.SandboxUnavailable, match="network and PID namespace"):
+    with pytest.raises(T.SandboxUnavailable) as failure:
         T.run_code(f"open({str(marker)!r}, 'w').write('x')", FAST)
+    if T.sandbox_problem() is None:  # on a host that can isolate, the namespace step is what failed
+        assert "network and PID namespace" in str(failure.value)
     assert not marker.exists()
 
 
