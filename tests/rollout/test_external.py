@@ -357,3 +357,12 @@ def test_prompt_longer_than_the_buffer_is_refused(fakes, actors, engine):
     eng = ENGINES[engine].build(actor, tok, max_prompt_length=4, max_new_tokens=G)
     with pytest.raises(ValueError, match="max_prompt_length=4"):
         eng.generate([np.arange(1, 7, dtype=np.int32)], G, temperature=0.0)
+
+
+def test_vllm_without_a_jax_weight_state_says_which_vllm_it_needs(fakes, actors):
+    """A PyTorch (GPU) vLLM runner has no `state`: the sync names the JAX backend package instead of failing deep."""
+    actor, _, tok = actors["full"]
+    eng = ext.VllmEngine.build(actor, tok, max_prompt_length=P, max_new_tokens=G)
+    del eng.runner.state
+    with pytest.raises(RuntimeError, match="vllm-tpu"):
+        eng.sync_weights(actor)
