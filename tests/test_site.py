@@ -226,8 +226,8 @@ def test_every_page_in_a_browser(site, server, browser):
             staged = stage / "nbs" / (Path(page).stem + ".ipynb")
             want = _expected_outputs(staged)
             if got["code_cells_with_output"] != want or want == 0:
-                problems.append(f"{page}: shows {got['code_cells_with_output']} cells with outputs, "
-                                f"the notebook stores {want}")
+                problems.append(f"{page}: shows {got['code_cells_with_output']} cells with outputs, the notebook "
+                                f"stores {want} (python tools/run_notebook.py nbs/{Path(page).stem}.ipynb)")
             if _notebook_has_math(staged) and got["katex"] == 0:
                 problems.append(f"{page}: has math but none was rendered")
         checked += 1
