@@ -5,6 +5,12 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from tunix_lit import runtime  # noqa: E402
+
+# The CLI, benchmarks and training notebooks tune the host allocator explicitly (importing the library never
+# does); the tests do the same, before JAX starts its threads.
+runtime.tune_host_allocator()
+
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
