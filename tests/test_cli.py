@@ -1,4 +1,5 @@
-"""The `tunix-lit` console command: `generate` with the embedded model, an HF checkpoint directory, bad flags."""
+"""The `tunix-lit` console command: `generate` with the embedded model, an HF checkpoint directory, bad flags;
+`config` with each value's source; `train --dry-run`; the host allocator tuned by `train` and `generate` only."""
 import contextlib
 import io
 import json
@@ -78,3 +79,54 @@ def test_console_script_runs_as_a_module_entry_point():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(proc.stdout.splitlines()) == 1
     assert "generate" in build_parser().format_help()
+
+
+RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "grpo_tiny.yaml")
+
+
+def _leaf(lines, key):
+    return [l for l in lines if l.strip().startswith(key + ":")][0].split()
+
+
+def test_config_marks_a_command_line_value_cli(monkeypatch):
+    monkeypatch.delenv("TUNIX_LIT_TRAINING__MAX_STEPS", raising=False)
+    status, lines = run(["config", RECIPE, "training.max_steps=7"])
+    assert status == 0 and _leaf(lines, "max_steps") == ["max_steps:", "7", "#", "cli"]
+    assert _leaf(lines, "num_generations") == ["num_generations:", "8", "#", "grpo_tiny.yaml"]
+
+
+def test_config_marks_an_environment_value_env_unless_the_command_line_sets_it(monkeypatch):
+    monkeypatch.setenv("TUNIX_LIT_TRAINING__MAX_STEPS", "9")
+    assert _leaf(run(["config", RECIPE])[1], "max_steps") == ["max_steps:", "9", "#", "env"]
+    assert _leaf(run(["config", RECIPE, "training.max_steps=7"])[1], "max_steps") == ["max_steps:", "7", "#", "cli"]
+
+
+def test_config_plain_is_a_recipe_that_resolves_to_the_same_values(tmp_path):
+    from tunix_lit.recipes import resolve_recipe
+
+    status, lines = run(["config", RECIPE, "training.max_steps=7", "--plain"])
+    (tmp_path / "plain.yaml").write_text("\n".join(lines) + "\n")
+    assert "#" not in "".join(lines)
+    assert resolve_recipe(tmp_path / "plain.yaml", environ={}).config == resolve_recipe(
+        RECIPE, ["training.max_steps=7"], environ={}).config | {"run_dir": str(Path("runs") / "grpo_tiny")}
+
+
+def test_config_nested_typo_is_a_usage_error_naming_the_key(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["config", RECIPE, "training.max_step=7"])
+    assert exit_info.value.code == 2 and "did you mean 'max_steps'" in capsys.readouterr().err
+
+
+def test_train_dry_run_lists_objects_takes_no_step_and_tunes_the_allocator(tmp_path, monkeypatch):
+    import tunix_lit.runtime as runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "tune_host_allocator", lambda *a, **k: calls.append("tuned") or False)
+    status, lines = run(["train", RECIPE, "--dry-run", "--run-dir", str(tmp_path / "run")])
+    assert status == 0 and calls == ["tuned"]
+    names = [l[5:].split()[0] for l in lines if l.startswith("[")]
+    assert names == ["mesh", "rollout", "algorithm", "model", "tokenizer", "datasets", "rewards", "accuracy",
+                     "optimizer", "cluster", "learner", "checkpoints"]
+    assert lines[-1].endswith("no step taken") and not (tmp_path / "run" / "summary.json").exists()
+    run(["config", RECIPE])
+    assert calls == ["tuned"]  # config owns no long-running process: no tuning

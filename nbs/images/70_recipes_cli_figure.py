@@ -33,22 +33,25 @@ def arrow(ax, x0, y0, x1, y1):
 
 
 def main():
-    fig, ax = plt.subplots(figsize=(9.5, 2.8))
+    fig, ax = plt.subplots(figsize=(9.5, 2.9))
     ax.set_xlim(0, 9.5)
-    ax.set_ylim(0, 2.8)
+    ax.set_ylim(-0.05, 2.8)
     ax.axis("off")
     box(ax, 1.0, 1.4, 1.7, 0.7, "shell", OTHER, "tunix-lit …")
     box(ax, 3.1, 1.4, 1.8, 0.7, "cli.main", THIS, "argparse")
-    box(ax, 5.3, 2.1, 1.9, 0.7, "generate", THIS, "PROMPT … flags")
-    box(ax, 5.3, 0.7, 1.9, 0.7, "train", LATER, "RECIPE.yaml (later)")
-    box(ax, 7.9, 2.1, 2.2, 0.7, "Sampler", OTHER, "chapter 14")
-    box(ax, 7.9, 0.7, 2.2, 0.7, "tiny.load / load_hf", OTHER, "chapters 12-13")
+    box(ax, 5.3, 2.3, 1.9, 0.6, "generate", THIS, "PROMPT … flags")
+    box(ax, 5.3, 1.4, 1.9, 0.6, "config", THIS, "RECIPE key=value …")
+    box(ax, 5.3, 0.5, 1.9, 0.6, "train", THIS, "RECIPE … [--dry-run]")
+    box(ax, 7.9, 2.3, 2.2, 0.6, "Sampler", OTHER, "chapter 14")
+    box(ax, 7.9, 0.95, 2.2, 0.9, "tunix_lit.recipes", OTHER, "resolve / build / run (ch. 71)")
     arrow(ax, 1.85, 1.4, 2.2, 1.4)
-    arrow(ax, 4.0, 1.55, 4.35, 1.95)
-    arrow(ax, 4.0, 1.25, 4.35, 0.85)
-    arrow(ax, 6.25, 2.1, 6.8, 2.1)
-    arrow(ax, 6.25, 1.95, 6.8, 0.9)
-    ax.text(0.1, 0.05, "blue: tunix_lit.cli (this chapter);  grey: other chapters;  dashed: planned",
+    arrow(ax, 4.0, 1.55, 4.35, 2.2)
+    arrow(ax, 4.0, 1.4, 4.35, 1.4)
+    arrow(ax, 4.0, 1.25, 4.35, 0.6)
+    arrow(ax, 6.25, 2.3, 6.8, 2.3)
+    arrow(ax, 6.25, 1.4, 6.8, 1.1)
+    arrow(ax, 6.25, 0.5, 6.8, 0.8)
+    ax.text(0.1, 0.05, "blue: tunix_lit.cli (this chapter);  grey: other chapters",
             fontsize=7.5, color="#555")
     fig.savefig(HERE / "70_recipes_cli.svg", bbox_inches="tight")
 
