@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['float_weight', 'lora_delta', 'path_str', 'decoder_shapes', 'actor_params', 'hf_name_map', 'plan_sync',
-           'engine_tensors', 'HfEngine', 'pick_next', 'hf_generate', 'hf_sync', 'max_logp_gap']
+           'engine_tensors', 'HfEngine', 'pick_next', 'hf_generate', 'head_logits', 'hf_sync', 'max_logp_gap']
 
 # %% ../../nbs/41_weight_sync.ipynb #c55b886a
 # Follows upstream Tunix's weight transfer to external engines (a mapping from our paths to the
@@ -200,7 +200,8 @@ class HfEngine:
         self.last_sync: Optional[SyncReport] = None
         self._torch = torch
         # transformers 5 names the KV cache argument `cache`; 4.x called it `past_key_values`
-        self.cache_arg = "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+        self.cache_arg = "cache" if "cache" in inspect.signature(module.model.forward).parameters else "past_key_values"
+        self.head = None  # float32 copy of the LM head, refreshed at every sync (see hf_sync)
 
     @staticmethod
     def check_available() -> None:
@@ -293,9 +294,9 @@ def hf_generate(engine: HfEngine, prompt_ids, max_new_tokens: int, *, temperatur
     tokens, logps = [], []
     with torch.no_grad():
         for t in range(max_new_tokens):
-            out = engine.module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                                logits_to_keep=1, **{engine.cache_arg: cache})
-            token, logp = pick_next(torch, out.logits[:, -1].float(), gen, temperature=temperature, top_k=top_k,
+            hidden = engine.module.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                         **{engine.cache_arg: cache}).last_hidden_state[:, -1]
+            token, logp = pick_next(torch, head_logits(engine, hidden), gen, temperature=temperature, top_k=top_k,
                                     top_p=top_p)
             token = torch.where(done, engine.pad_id, token)
             tokens.append(token), logps.append(torch.where(done, 0.0, logp))
@@ -305,6 +306,13 @@ def hf_generate(engine: HfEngine, prompt_ids, max_new_tokens: int, *, temperatur
             ids, positions = token[:, None], positions[:, -1:] + 1
             mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], dim=1)
     return _collect(engine, torch.stack(tokens, 1).numpy(), torch.stack(logps, 1).numpy(), stops.numpy())
+
+
+def head_logits(engine: HfEngine, hidden):
+    """float32 logits [B, V] from final hidden states [B, D]: the LM head in float32, as vLLM's fp32 head does."""
+    logits = engine._torch.nn.functional.linear(hidden.float(), engine.head)
+    cap = engine.cfg.final_logit_softcap
+    return cap * engine._torch.tanh(logits / cap) if cap else logits
 
 
 def _collect(engine, generated, logps, stops) -> EngineOutput:
@@ -328,6 +336,8 @@ def hf_sync(engine: HfEngine, actor: nnx.Module) -> SyncReport:
             param = engine.params[name]
             param.copy_(torch.from_dlpack(array))  # a view of the JAX buffer, copied into the parameter's storage
             moved += param.numel() * param.element_size()
+        # a bf16 engine rounds each logit to 8 bits (1/16 near 10): its head runs in float32 instead
+        engine.head = engine.module.get_output_embeddings().weight.float()
     return SyncReport(moved, time.perf_counter() - t0, len(tensors), engine.unmapped)
 
 # %% ../../nbs/41_weight_sync.ipynb #75b73d76
