@@ -4,7 +4,6 @@ The fakes import nothing from tunix_lit: each holds its own weights under the en
 padded / repeated, a separate LM head, bf16 when asked) and runs its own NumPy forward pass, so an adapter that
 writes the wrong tensor, the wrong dtype or forgets a cache step gives different log-probs or an error.
 """
-import dataclasses
 import sys
 from pathlib import Path
 

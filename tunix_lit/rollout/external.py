@@ -6,7 +6,7 @@
 __all__ = ['PACKAGES', 'TRANSFORMS', 'import_engine', 'MappingRule', 'MappingConfig', 'vllm_mapping', 'sglang_jax_mapping',
            'map_to_engine', 'ExternalEngine', 'VllmEngine', 'SglangJaxEngine']
 
-# %% ../../nbs/42_external_engines.ipynb #873e2b96
+# %% ../../nbs/42_external_engines.ipynb #f2ee06d7
 # Follows upstream Tunix's VllmSampler / SglangJaxSampler (engine started on dummy weights, loaded by a
 # first sync that writes its weight state directly through a per-model mapping; for vLLM, prefix-cache
 # reset and KV-cache delete/re-init around the write and a refresh of the runner's cached leaves) and
@@ -24,7 +24,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import ml_dtypes
@@ -36,7 +36,7 @@ from ..models import transformer as tfm
 from . import sync as wsync
 from .engines import EngineOutput, EngineUnavailable, SyncReport
 
-# %% ../../nbs/42_external_engines.ipynb #e9ded302
+# %% ../../nbs/42_external_engines.ipynb #5b99990c
 PACKAGES = {  # engine name -> (import name, pip command, where it runs)
     "vllm": ("vllm", "pip install vllm-tpu", "a Colab TPU runtime (vLLM with its JAX backend, tpu-inference)"),
     "sglang_jax": ("sgl_jax", "pip install sglang-jax", "a Colab TPU runtime, Python >= 3.12"),
@@ -54,7 +54,7 @@ def import_engine(engine: str):
             f"Install it with `{pip}`; it runs on {where}. On this CPU machine use engine 'vanilla' or 'hf'."
         ) from None
 
-# %% ../../nbs/42_external_engines.ipynb #fdf046b4
+# %% ../../nbs/42_external_engines.ipynb #bccb3db8
 @dataclasses.dataclass(frozen=True)
 class MappingRule:
     """One row of a mapping table: our path template -> engine name template, engine sharding, transform name."""
@@ -93,7 +93,7 @@ class MappingConfig:
         return dataclasses.replace(self, rules=tuple(dataclasses.replace(r, **changes) if r.ours == ours else r
                                                      for r in rules))
 
-# %% ../../nbs/42_external_engines.ipynb #7b9296be
+# %% ../../nbs/42_external_engines.ipynb #ae40bd6f
 _NORMS = {  # our norm path -> HF norm name, per family
     "llama3": [("layers.{i}.pre_attn_norm.scale", "input_layernorm"),
                ("layers.{i}.pre_mlp_norm.scale", "post_attention_layernorm")],
@@ -142,7 +142,7 @@ def sglang_jax_mapping(cfg: tfm.ModelConfig) -> MappingConfig:
             else MappingRule("lm_head.kernel", "lm_head.embedding", ("tensor", None), "transpose"))
     return dataclasses.replace(table, rules=table.rules + (head,))
 
-# %% ../../nbs/42_external_engines.ipynb #b14eb762
+# %% ../../nbs/42_external_engines.ipynb #2d426133
 def _pad_heads(x: np.ndarray, target: tuple, head_dim: int, head_axis: int, path: str, name: str) -> np.ndarray:
     """Repeat heads (axis head_axis) and zero-pad the head dim (axis head_axis+1) to fill `target`."""
     heads, H = x.shape[head_axis], x.shape[head_axis + 1]
@@ -171,7 +171,7 @@ TRANSFORMS = {  # name -> fn(array, target shape, engine head_dim, our path, eng
     "o_heads": lambda x, t, hd, p, n: _pad_heads(x, t, hd, 0, p, n),  # [N, H, D] -> [N, H', D] or [N·H', D]
 }
 
-# %% ../../nbs/42_external_engines.ipynb #216db55e
+# %% ../../nbs/42_external_engines.ipynb #4b4f78bd
 def map_to_engine(params: dict, mapping: MappingConfig, targets: dict, head_dim: int) -> dict:
     """Engine name -> array in the engine's layout and dtype; `targets` is engine name -> (shape, dtype)."""
     routes = {p: mapping.targets(p) for p in sorted(params)}
@@ -195,7 +195,7 @@ def map_to_engine(params: dict, mapping: MappingConfig, targets: dict, head_dim:
         raise ValueError(f"engine tensor(s) {missing[:5]} receive nothing from the {mapping.engine} mapping")
     return out
 
-# %% ../../nbs/42_external_engines.ipynb #d1591149
+# %% ../../nbs/42_external_engines.ipynb #30228440
 def _row_seeds(seed: int, n: int) -> list:
     """A distinct 31-bit seed per row, a function of (seed, row) only."""
     return [int(np.random.SeedSequence([int(seed), row]).generate_state(1)[0] >> 1) for row in range(n)]
@@ -258,7 +258,7 @@ class ExternalEngine:
         text = [self.tokenizer.decode([int(i) for i in (t[:-1] if f else t)]) for t, f in zip(tokens, finished)]
         return EngineOutput(tokens, [np.asarray(lp, np.float32) for _, lp, _ in rows], text, finished)
 
-# %% ../../nbs/42_external_engines.ipynb #ade11d2a
+# %% ../../nbs/42_external_engines.ipynb #81d1d041
 class VllmEngine(ExternalEngine):
     """vLLM's offline `LLM` as a rollout engine; weights written into its model runner's state."""
 
@@ -325,7 +325,7 @@ class VllmEngine(ExternalEngine):
                 f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes runner.state through "
                 f"the mapping (prefix cache reset, KV cache deleted/re-initialised, state_leaves refreshed)")
 
-# %% ../../nbs/42_external_engines.ipynb #2f96d048
+# %% ../../nbs/42_external_engines.ipynb #11d4479a
 def _place(array: np.ndarray, mapping: MappingConfig, name: str, mesh):
     """The array on the engine's mesh with its rule's sharding, or as is when the engine has no JAX mesh."""
     if not isinstance(mesh, jax.sharding.Mesh):
@@ -336,7 +336,7 @@ def _place(array: np.ndarray, mapping: MappingConfig, name: str, mesh):
                                         for a, n in zip(rule.sharding, array.shape)))
     return jax.device_put(array, jax.sharding.NamedSharding(mesh, spec))
 
-# %% ../../nbs/42_external_engines.ipynb #fcf17998
+# %% ../../nbs/42_external_engines.ipynb #9de3488b
 def _vllm_generate(self: VllmEngine, prompt_ids, max_new_tokens, *, temperature, top_k, top_p, seeds, stops):
     params = [self._sampling_params(temperature=float(temperature), top_k=int(top_k or 0), top_p=float(top_p or 1.0),
                                     max_tokens=int(max_new_tokens), seed=s, stop_token_ids=list(stops),
@@ -353,7 +353,7 @@ def _vllm_generate(self: VllmEngine, prompt_ids, max_new_tokens, *, temperature,
 
 VllmEngine._generate = _vllm_generate
 
-# %% ../../nbs/42_external_engines.ipynb #2fd8b4f5
+# %% ../../nbs/42_external_engines.ipynb #3d6a4917
 class SglangJaxEngine(ExternalEngine):
     """SGLang-JAX's `Engine` as a rollout engine; weights written into its runner's model state."""
 
@@ -421,7 +421,7 @@ class SglangJaxEngine(ExternalEngine):
                 f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes the runner's model state "
                 f"through the mapping, replaces model_state_leaves and flushes the radix cache")
 
-# %% ../../nbs/42_external_engines.ipynb #8d1f609e
+# %% ../../nbs/42_external_engines.ipynb #07470e21
 def _run_coroutine(make):
     """Run the coroutine `make()` to completion, from plain code or from inside a running event loop."""
     try:
