@@ -11,6 +11,7 @@ from tunix_lit.models import tiny
 from tunix_lit.rl.cluster import RLCluster, Role, RolloutConfig
 from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
 from tunix_lit.rl.learner import RLTrainingConfig
+from tunix_lit.rollout.engines import SyncReport
 from tunix_lit.sft import lora
 
 ROLL = RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0)
@@ -145,3 +146,55 @@ def test_bad_configuration_errors():
         cluster.mesh(Role.CRITIC)
     with pytest.raises(ValueError, match="temperature"):
         RolloutConfig(temperature=0)
+
+
+def numpy_logps(model, ro, temperature):
+    """log softmax(logits / T) of each completion token from one unpadded forward per row, in NumPy: [N, T]."""
+    out = np.zeros(ro.completion_ids.shape)
+    for i in range(len(ro)):
+        prompt = ro.prompt_ids[i][ro.prompt_mask[i] == 1]
+        n = int(ro.completion_mask[i].sum())
+        seq = np.concatenate([prompt, ro.completion_ids[i, :n]])
+        z = np.asarray(model(jnp.asarray(seq[None]), None, None, None)[0][0], np.float64) / temperature
+        z = z - z.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        out[i, :n] = [logp[len(prompt) - 1 + t, seq[len(prompt) + t]] for t in range(n)]
+    return out
+
+
+def test_at_temperature_the_rollout_log_probs_are_the_actors_and_the_gap_says_so():
+    """T = 0.9: the engine's log-probs equal a NumPy log softmax(logits / 0.9); the cluster's gap is as small."""
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8,
+                                                                 temperature=0.9))
+    ro = cluster.generate(["12+34=", "7+8=", "99+1=", "50+5="] * 2, seed=2)
+    want = numpy_logps(model, ro, 0.9)
+    np.testing.assert_allclose(ro.logprobs, want, atol=1e-4)
+    gap = cluster.pop_logp_gap()
+    assert gap <= 1e-4 and gap == pytest.approx(float(np.abs(ro.logprobs - want).max()), abs=2e-5)
+    assert cluster.pop_logp_gap() is None  # popped: the next step starts afresh
+
+
+def test_a_vanilla_sync_that_delivers_nothing_shows_in_the_gap():
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8))
+    nnx.update(model, jax.tree.map(lambda x: x * 1.1, nnx.state(model, nnx.Param)))
+    cluster.rollout.sync_weights = lambda actor: SyncReport(0, 0.0, 0)  # re-points nothing
+    cluster.sync_weights()
+    cluster.generate(["12+34=", "7+8="] * 4, seed=1)
+    assert cluster.pop_logp_gap() > 1e-2
+
+
+def test_apart_sync_moves_the_bytes_explain_states():
+    mesh_a, mesh_b = meshes()
+    model, tok = tiny.load(mesh_a)
+    cluster = RLCluster(model, tok, meshes={"actor": mesh_a, "rollout": mesh_b}, rollout_config=ROLL)
+    want = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert f"weight sync (once per global step): {want:,} bytes of all parameters" in cluster.explain()
+    assert cluster.sync_weights() == want == cluster.last_sync.bytes_moved
+    assert "a plain host-memory copy of the same bytes" in cluster.explain()
+
+
+def test_an_unknown_engine_fails_before_the_cluster_exists():
+    with pytest.raises(ValueError, match="choose one of: vanilla, hf, vllm, sglang_jax"):
+        RolloutConfig(engine="vlm")

@@ -202,3 +202,57 @@ def test_grpo_tiny_raises_heldout_accuracy(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["heldout_accuracy_gain"] >= 0.30, summary
+
+
+def test_every_step_logs_the_rollout_log_prob_gap(tmp_path):
+    """metrics.jsonl has rollout_logp_gap at every train step, and it stays at float rounding (T = 0.9)."""
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8,
+                                                                 temperature=0.9))
+    learner = GRPOLearner(cluster, optax.adam(1e-3), rl.RLTrainingConfig(batch_size=4, max_steps=3, log_dir=str(tmp_path),
+                                                                         progress_bar=False),
+                          GRPOConfig(num_generations=2, beta=0.0), reward_fns=[arith.reward])
+    learner.train(DATA)
+    learner.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    gaps = [r["rollout_logp_gap"] for r in rows if r["mode"] == "train"]
+    assert len(gaps) == 3 and max(gaps) <= 1e-4
+    assert all(r["sync/seconds"] >= 0 for r in rows if r["mode"] == "train")
+
+
+class _SilentEngine:
+    """An engine with no log-probs: every completion is the stop token."""
+
+    name, dtype, returns_logprobs = "silent", np.float32, False
+
+    def __init__(self, tok):
+        self.pad_id, self.eos_ids = tok.pad_id, (tok.eos_id,)
+
+    def generate(self, prompt_ids, max_new_tokens, *, temperature, top_k=None, top_p=None, seed=0, stop_tokens=None):
+        from tunix_lit.rollout.engines import EngineOutput
+
+        n = len(prompt_ids)
+        return EngineOutput([np.array([self.eos_ids[0]], np.int32)] * n, None, [""] * n, np.ones(n, bool))
+
+    def sync_weights(self, actor):
+        from tunix_lit.rollout.engines import SyncReport
+
+        return SyncReport(0, 0.0, 0)
+
+    def sync_bytes(self, actor):
+        return 0
+
+    def describe(self):
+        return "silent: a test engine"
+
+
+def test_an_engine_without_log_probs_logs_no_gap_and_says_so_once():
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8,
+                                                                 engine=_SilentEngine(tok)))
+    learner = GRPOLearner(cluster, optax.adam(1e-3), rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False),
+                          GRPOConfig(num_generations=2, beta=0.0), reward_fns=[arith.reward])
+    with pytest.warns(UserWarning, match="'silent'.* returns no log-probs") as record:
+        result = learner.train(DATA)
+    assert len([w for w in record if "log-probs" in str(w.message)]) == 1
+    assert "rollout_logp_gap" not in result.metrics
