@@ -1,0 +1,195 @@
+"""Agentic GRPO (chapter 53): the loss mask on real trajectories, learning steps, exact resume, the off-policy bound, the main job."""
+import collections
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+import pytest
+import yaml
+from flax import nnx
+
+from tunix_lit.agentic import tools as T
+from tunix_lit.agentic.learner import (AgenticConfig, AgenticGRPOLearner, calculator_config, load_calculator,
+                                       run_calculator_job, trajectory_batch)
+from tunix_lit.agentic.trajectory import EpisodeConfig, ScriptedEngine, TrajectoryCollector
+from tunix_lit.models import tiny
+from tunix_lit.models.tokenizer import load_tokenizer
+from tunix_lit.rl.cluster import RLCluster, RolloutConfig
+from tunix_lit.rl.grpo import GRPOConfig
+from tunix_lit.rl.learner import RLTrainingConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = T.sum_tasks(200, digits=4, seed=7)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(tiny.asset_dir())
+
+
+def enc(tok, s):
+    return tok.encode(s, add_special_tokens=False)
+
+
+def scripted(tok, script, **cfg):
+    stops = (tok.eos_id, enc(tok, "\n")[0])
+    return TrajectoryCollector(ScriptedEngine(tok, script), tok, EpisodeConfig(stop_tokens=stops, **cfg))
+
+
+def test_the_loss_mask_is_exactly_the_model_tokens_of_real_episodes(tok):
+    """Episodes run by the collector on the calculator; masks against a hand count of each turn's characters."""
+    def script(context):  # call with a miscopied operand, then answer the observation
+        return context.split("=")[0] + "1\n" if "\n" not in context else context.split("\n")[-2]
+    trajs = [scripted(tok, script).collect(T.calculator_env(t)) for t in ({"prompt": "12+34=", "answer": "46"},
+                                                                           {"prompt": "1234+5678=", "answer": "6912"})]
+    assert [t.status for t in trajs] == [T.Status.SUCCEEDED] * 2
+    b = trajectory_batch(trajs, [0.5, -0.5], prompt_length=12, response_length=32, pad_id=tok.pad_id)
+    # "12+341\n" (7 tokens, model), "353\n" (4, env), "353<eos>" (4, model)
+    assert [(t.role, t.text) for t in trajs[0].turns] == [("model", "12+341\n"), ("env", "353\n"), ("model", "353")]
+    assert b["completion_mask"][0].tolist() == [1] * 7 + [0] * 4 + [1] * 4 + [0] * (32 - 15)
+    assert b["completion_attention"][0].tolist() == [1] * 15 + [0] * (32 - 15)
+    # "1234+56781\n" (11, model), "58015\n" (6, env), "58015<eos>" (6, model)
+    assert b["completion_mask"][1].tolist() == [1] * 11 + [0] * 6 + [1] * 6 + [0] * (32 - 23)
+    assert b["completion_ids"][1, :23].tolist() == enc(tok, "1234+56781\n58015\n58015") + [tok.eos_id]
+    assert b["prompt_ids"][1].tolist() == [tok.pad_id] + tok.encode("1234+5678=")  # left-padded, <bos> kept
+    assert b["prompt_mask"][1].tolist() == [0] + [1] * 11
+    assert b["advantages"].tolist() == [0.5, -0.5]
+    np.testing.assert_array_equal(b["old_logps"][0], np.where(b["completion_mask"][0] == 1, -0.5, 0.0))
+
+
+def test_an_episode_cut_by_the_budget_is_filtered_only_when_asked(tok):
+    traj = scripted(tok, lambda c: "1234+5678\n", max_response_tokens=6).collect(
+        T.calculator_env({"prompt": "1234+5678=", "answer": "6912"}))
+    assert traj.status is T.Status.MAX_CONTEXT_LIMIT_REACHED
+    on = trajectory_batch([traj], [1.0], prompt_length=12, response_length=8, pad_id=tok.pad_id)
+    off = trajectory_batch([traj], [1.0], prompt_length=12, response_length=8, pad_id=tok.pad_id,
+                           filter_overlong=False)
+    assert on["completion_mask"].sum() == 0 and off["completion_mask"].sum() == 6
+    with pytest.raises(ValueError, match="more than response_length=4"):
+        trajectory_batch([traj], [1.0], prompt_length=12, response_length=4, pad_id=tok.pad_id)
+
+
+def make(tmp=None, steps=2, k=0, lr=1e-3, concurrency=4):
+    model, tok = load_calculator()
+    stops = (tok.eos_id, enc(tok, "\n")[0])
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=16, max_prompt_length=48,
+                                                                 temperature=1.0, stop_tokens=stops,
+                                                                 measure_logp_gap=False))
+    cfg = RLTrainingConfig(batch_size=2, max_steps=steps, progress_bar=False, save_every_n_steps=1,
+                           checkpoint_dir=None if tmp is None else str(tmp))
+    agentic = AgenticConfig(episode=EpisodeConfig(max_new_tokens=16, max_response_tokens=32, max_context=64,
+                                                  stop_tokens=stops), max_concurrency=concurrency,
+                            max_off_policy_steps=k)
+    return AgenticGRPOLearner(cluster, optax.adam(lr), cfg, GRPOConfig(num_generations=4, beta=0.0), agentic)
+
+
+def params(learner):
+    return [np.asarray(x) for x in jax.tree.leaves(nnx.state(learner.trainer.model, nnx.Param))]
+
+
+def test_a_few_steps_learn_with_a_finite_loss_on_the_episodes_model_tokens():
+    learner = make(steps=3)
+    start = params(learner)
+    result = learner.train(TASKS)
+    assert result.step == 3 and result.stop_reason == "max_steps"
+    _, losses = learner.metrics.history("actor/loss")
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    assert any(not np.array_equal(a, b) for a, b in zip(start, params(learner)))
+    _, tokens = learner.metrics.history("episodes/model_tokens")
+    assert all(t > 0 for t in tokens)  # the batch trained on model tokens
+    _, offp = learner.metrics.history("episodes/off_policy_steps")
+    assert offp == [0.0, 0.0, 0.0]
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
+    whole = make(tmp_path / "a", steps=4)
+    whole.train(TASKS)
+    first = make(tmp_path / "b", steps=2)
+    first.train(TASKS)
+    first.close()
+    second = make(tmp_path / "b", steps=4)  # what a new process would build
+    result = second.train(TASKS)
+    assert result.start_step == 2 and result.step == 4 and second.data_position == whole.data_position == 8
+    for a, b in zip(params(whole), params(second)):
+        np.testing.assert_array_equal(a, b)
+    _, r_whole = whole.metrics.history("rewards/mean")
+    _, r_second = second.metrics.history("rewards/mean")
+    assert r_second == r_whole[2:]  # the same episodes after the resume
+    # negative control: without the checkpoint, steps 3-4 start from other weights and give other parameters
+    fresh = make(tmp_path / "c", steps=2)
+    fresh.train(TASKS[4:])
+    assert any(not np.array_equal(a, b) for a, b in zip(params(fresh), params(whole)))
+
+
+def test_the_feeder_holds_tasks_back_to_the_off_policy_bound():
+    """batch_size 2: with k syncs of lead allowed, 2(k+1) tasks start before the first sync, then 2 more per sync."""
+    for k in (0, 1):
+        learner = make(k=k)
+        got = []
+        feeder = learner._feed(iter(TASKS), 0)
+        t = threading.Thread(target=lambda: [got.append(x) for x in feeder], daemon=True)
+        t.start()
+        time.sleep(0.5)
+        assert len(got) == 2 * (k + 1)
+        learner._locked_sync()
+        time.sleep(0.5)
+        assert len(got) == 2 * (k + 2) and learner.version == 1
+        learner._stop_feed.set()
+        t.join(timeout=2)
+        assert not t.is_alive()
+
+
+def test_a_batch_older_than_the_bound_is_refused(tok):
+    learner = make(k=1)
+    engine = ScriptedEngine(tok, lambda c: "12+34\n" if "\n" not in c else "46")
+    def group(version):
+        coll = TrajectoryCollector(engine, tok, EpisodeConfig(stop_tokens=(tok.eos_id, enc(tok, "\n")[0])),
+                                   policy_version=lambda: version)
+        return [coll.collect(T.calculator_env({"prompt": "12+34=", "answer": "46"})) for _ in range(4)]
+    micro, metrics = learner.make_experience([group(4), group(5)], 5, 0)  # one sync behind: allowed
+    assert metrics["episodes/off_policy_steps"] == 1.0 and "old_logps" in micro[0]
+    with pytest.raises(RuntimeError, match="more than max_off_policy_steps=1"):
+        learner.make_experience([group(3), group(5)], 5, 0)
+
+
+def test_off_policy_runs_train_with_episodes_at_most_k_syncs_old():
+    learner = make(steps=3, k=1, concurrency=8)
+    learner.train(TASKS)
+    _, offp = learner.metrics.history("episodes/off_policy_steps")
+    assert len(offp) == 3 and max(offp) <= 1
+
+
+def test_the_job_config_names_bad_keys():
+    cfg = calculator_config(yaml.safe_load((ROOT / "recipes" / "agentic_calc_tiny.yaml").read_text()))
+    assert cfg["algorithm"] == "agentic_grpo" and cfg["grpo"]["num_generations"] == 8
+    with pytest.raises(ValueError, match="unknown key.*'batchsize'.*valid: batch_size"):
+        calculator_config({"training": {"batchsize": 4}})
+    with pytest.raises(ValueError, match="unknown key 'tasks'"):
+        calculator_config({"tasks": {}})
+
+
+def test_the_job_writes_the_grpo_run_directory_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    small = {"run_dir": str(run), "task": {"heldout_size": 8}, "training": {"batch_size": 2, "max_steps": 2,
+             "eval_every_n_steps": 2, "save_every_n_steps": 2}, "grpo": {"num_generations": 2}}
+    s = run_calculator_job(small, progress_bar=False)
+    for name in ("config.yaml", "metrics.jsonl", "curve.png", "before.json", "summary.json", "checkpoints"):
+        assert (run / name).exists(), name
+    assert list(run.glob("events.out.tfevents*"))
+    assert s["steps"] == 2 and 0 <= s["heldout_accuracy_after"] <= 1 and s["heldout_size"] == 8
+    assert s["heldout_accuracy_gain"] == s["heldout_accuracy_after"] - s["heldout_accuracy_before"]
+    assert set(s["agent"]["after"]) >= {"call_rate_hard", "call_rate_easy", "well_formed_calls", "operand_copy",
+                                        "answer_copies_result", "endings"}
+    small["training"]["max_steps"] = 3
+    again = run_calculator_job(small, progress_bar=False)
+    assert again["steps"] == 3 and again["heldout_accuracy_before"] == s["heldout_accuracy_before"]
+
+
+@pytest.mark.slow
+def test_the_calculator_main_job_raises_4_digit_exact_match_by_20_points(tmp_path):
+    cfg = yaml.safe_load((ROOT / "recipes" / "agentic_calc_tiny.yaml").read_text())
+    s = run_calculator_job({**cfg, "run_dir": str(tmp_path / "run")}, progress_bar=False)
+    assert s["heldout_accuracy_gain"] >= 0.20, s
