@@ -210,9 +210,11 @@ class VanillaEngine:
                  top_k: Optional[int] = None, top_p: Optional[float] = None, seed=0,
                  stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
         """Complete each int32 prompt row with the sampler (seed: an int, or a JAX key)."""
-        out = self.sampler.generate(list(prompt_ids), max_new_tokens, temperature=temperature, top_k=top_k,
-                                    top_p=top_p, seed=seed, stop_tokens=stop_tokens,
-                                    max_prompt_length=self.max_prompt_length)
+        rows = [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
+        # RL prompts fit the fixed width (one compile); a longer context (an agent's later turn) gets a bucket
+        width = self.max_prompt_length if max(r.size for r in rows) <= self.max_prompt_length else None
+        out = self.sampler.generate(rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                    seed=seed, stop_tokens=stop_tokens, max_prompt_length=width)
         return EngineOutput(list(out.tokens), list(out.logprobs), list(out.text), np.asarray(out.finished))
 
     def sync_weights(self, actor: nnx.Module) -> SyncReport:
