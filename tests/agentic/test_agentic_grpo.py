@@ -105,22 +105,22 @@ def test_a_few_steps_learn_with_a_finite_loss_on_the_episodes_model_tokens():
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
-    whole = make(tmp_path / "a", steps=4)
+    whole = make(tmp_path / "a", steps=3)
     whole.train(TASKS)
-    first = make(tmp_path / "b", steps=2)
+    first = make(tmp_path / "b", steps=1)
     first.train(TASKS)
     first.close()
-    second = make(tmp_path / "b", steps=4)  # what a new process would build
+    second = make(tmp_path / "b", steps=3)  # what a new process would build
     result = second.train(TASKS)
-    assert result.start_step == 2 and result.step == 4 and second.data_position == whole.data_position == 8
+    assert result.start_step == 1 and result.step == 3 and second.data_position == whole.data_position == 6
     for a, b in zip(params(whole), params(second)):
         np.testing.assert_array_equal(a, b)
     _, r_whole = whole.metrics.history("rewards/mean")
     _, r_second = second.metrics.history("rewards/mean")
-    assert r_second == r_whole[2:]  # the same episodes after the resume
-    # negative control: without the checkpoint, steps 3-4 start from other weights and give other parameters
+    assert r_second == r_whole[1:]  # the same episodes after the resume
+    # negative control: without the checkpoint, steps 2-3 start from other weights and give other parameters
     fresh = make(tmp_path / "c", steps=2)
-    fresh.train(TASKS[4:])
+    fresh.train(TASKS[2:])
     assert any(not np.array_equal(a, b) for a, b in zip(params(fresh), params(whole)))
 
 

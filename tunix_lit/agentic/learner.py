@@ -7,7 +7,7 @@ __all__ = ['CALCULATOR_DEFAULTS', 'agent_report', 'calculator_trajectory', 'sft_
            'trajectory_batch', 'AgenticConfig', 'environment_reward', 'AgenticGRPOLearner', 'calculator_config',
            'run_calculator_job']
 
-# %% ../../nbs/53_agentic_learner.ipynb #e458d779
+# %% ../../nbs/53_agentic_learner.ipynb #b51d9255
 # Follows the warm-start practice of agentic RL recipes (verl's and TRL's multi-turn SFT: train on
 # assistant turns only, observations as context) and upstream Tunix's agentic GRPO learner: episodes
 # from an orchestrator, group-normalised episode rewards, a loss mask of 1 on assistant tokens and 0
@@ -33,7 +33,7 @@ from ..rl.grpo import GRPOConfig, GRPOLearner
 from ..rl.learner import RLTrainingConfig, policy_logps
 from ..sft.trainer import LossOutput
 
-# %% ../../nbs/53_agentic_learner.ipynb #e97b2575
+# %% ../../nbs/53_agentic_learner.ipynb #ea4630c2
 def _is_call(turn: Turn) -> bool:
     return turn.text.endswith("\n")  # the tiny world's call format (chapter 50)
 
@@ -56,7 +56,7 @@ def agent_report(trajectories: Sequence[Trajectory]) -> dict:
             "answer_copies_result": uses_result / max(1, len(answered)),
             "endings": dict(collections.Counter(t.status.name for t in trajectories))}
 
-# %% ../../nbs/53_agentic_learner.ipynb #c6040c41
+# %% ../../nbs/53_agentic_learner.ipynb #4f50dbe5
 def calculator_trajectory(task: dict, tokenizer) -> Trajectory:
     """The ideal tiny-world trajectory of `task` ({"prompt": "a+b=", "answer": ...}): call, result, answer."""
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
@@ -65,7 +65,7 @@ def calculator_trajectory(task: dict, tokenizer) -> Trajectory:
         Turn("model", call, enc(call)), Turn("env", answer + "\n", enc(answer + "\n")),
         Turn("model", answer, enc(answer) + [tokenizer.eos_id])], status=Status.SUCCEEDED, reward=1.0)
 
-# %% ../../nbs/53_agentic_learner.ipynb #9b447126
+# %% ../../nbs/53_agentic_learner.ipynb #2ba47fcb
 def sft_batch(trajectories: Sequence[Trajectory], length: int, pad_id: int) -> dict:
     """{"tokens", "loss_mask"} int32 [B, length]: prompt + conversation, right-padded; mask 1 on model tokens."""
     tokens = np.full((len(trajectories), length), pad_id, np.int32)
@@ -80,7 +80,7 @@ def sft_batch(trajectories: Sequence[Trajectory], length: int, pad_id: int) -> d
         mask[row, t.prompt_tokens.size:n] = m
     return {"tokens": tokens, "loss_mask": mask}
 
-# %% ../../nbs/53_agentic_learner.ipynb #1281cf6c
+# %% ../../nbs/53_agentic_learner.ipynb #5de36a7d
 def calculator_asset_dir() -> Path:
     """The directory of the shipped warm-started calculator model (the 150-update warm start of this chapter)."""
     import importlib.resources
@@ -98,7 +98,7 @@ def load_calculator(mesh=None):
 
     return tiny.load(mesh=mesh, path=calculator_asset_dir())
 
-# %% ../../nbs/53_agentic_learner.ipynb #c387feda
+# %% ../../nbs/53_agentic_learner.ipynb #4adad17f
 def trajectory_batch(trajectories: Sequence[Trajectory], advantages, *, prompt_length: int, response_length: int,
                      pad_id: int, filter_overlong: bool = True) -> dict:
     """GRPO train arrays of episodes: prompts left-padded, conversations right-padded, loss on model tokens only."""
@@ -122,7 +122,7 @@ def trajectory_batch(trajectories: Sequence[Trajectory], advantages, *, prompt_l
         out["old_logps"][r, :ids.size] = np.where(mask == 1, np.nan_to_num(logps), 0.0)
     return out
 
-# %% ../../nbs/53_agentic_learner.ipynb #77a479a2
+# %% ../../nbs/53_agentic_learner.ipynb #a8d2d895
 @dataclasses.dataclass(frozen=True)
 class AgenticConfig:
     """Episodes for agentic GRPO: their limits, how many run at once, how far rollouts may lead, overlong filtering."""
@@ -164,7 +164,7 @@ class AgenticGRPOLearner(GRPOLearner):
         self._sync_engine = cluster.sync_weights
         cluster.sync_weights = self._locked_sync  # the loop's one sync per step now takes the write lock
 
-# %% ../../nbs/53_agentic_learner.ipynb #6950e61e
+# %% ../../nbs/53_agentic_learner.ipynb #15911ccc
 @patch
 def _locked_sync(self: AgenticGRPOLearner) -> int:
     """The cluster's weight sync, alone (no episode running), then a new policy version."""
@@ -199,7 +199,7 @@ def _in_order(self: AgenticGRPOLearner, groups, first: int):
             yield waiting.pop(following)
             following += 1
 
-# %% ../../nbs/53_agentic_learner.ipynb #eca80b72
+# %% ../../nbs/53_agentic_learner.ipynb #cea524cf
 def _skip(dataset, n: int):
     it = iter(dataset() if callable(dataset) else dataset)
     for i in range(n):
@@ -237,7 +237,7 @@ def restore_checkpoint(self: AgenticGRPOLearner) -> Optional[int]:
     self.version = self.step
     return step
 
-# %% ../../nbs/53_agentic_learner.ipynb #e2d8e61d
+# %% ../../nbs/53_agentic_learner.ipynb #3e12cc93
 @patch
 def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     """Groups of episodes -> group-normalised advantages and train micro-batches with the loss on model tokens."""
@@ -270,7 +270,7 @@ def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     n = self.sizes.train_micro * G
     return [{key: v[i:i + n] for key, v in batch.items()} for i in range(0, len(trajs), n)], metrics
 
-# %% ../../nbs/53_agentic_learner.ipynb #6fbb0322
+# %% ../../nbs/53_agentic_learner.ipynb #48dd714e
 @patch
 def loss_fn(self: AgenticGRPOLearner, model, batch, rng):
     """GRPO's loss with the whole conversation attended and only the model's tokens carrying loss."""
@@ -302,7 +302,7 @@ def evaluate(self: AgenticGRPOLearner, dataset, **_) -> dict:
     self.metrics.write(self.step, metrics, mode="eval")
     return metrics
 
-# %% ../../nbs/53_agentic_learner.ipynb #0d6603be
+# %% ../../nbs/53_agentic_learner.ipynb #92c6afd3
 CALCULATOR_DEFAULTS = {
     "algorithm": "agentic_grpo",
     "model": "agentic_calc",  # the shipped warm-started asset, or a directory saved by tiny.save
@@ -337,7 +337,7 @@ def calculator_config(config: Optional[dict] = None) -> dict:
         raise ValueError(f"the calculator job runs algorithm 'agentic_grpo'; got {out['algorithm']!r}")
     return out
 
-# %% ../../nbs/53_agentic_learner.ipynb #ec3c17b8
+# %% ../../nbs/53_agentic_learner.ipynb #5a7eaea4
 def _calculator_setup(cfg: dict, progress_bar: bool):
     """(learner, held-out sets, train task stream) of a resolved calculator config."""
     import optax
@@ -370,7 +370,7 @@ def _calculator_setup(cfg: dict, progress_bar: bool):
             yield from sum_tasks(1000, t["digits"], seed=t["train_seed"] + block)
     return learner, held, stream
 
-# %% ../../nbs/53_agentic_learner.ipynb #5090ee46
+# %% ../../nbs/53_agentic_learner.ipynb #3debc9e9
 def _agent_figures(m: dict, hard: str, easy: str) -> dict:
     return {"exact_match": m[f"{hard}/exact_match"], "call_rate_hard": m[f"{hard}/call_rate"],
             "call_rate_easy": m[f"{easy}/call_rate"], "exact_match_easy": m[f"{easy}/exact_match"],
@@ -398,7 +398,7 @@ def _plot(learner, hard: str, path: Path) -> None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
-# %% ../../nbs/53_agentic_learner.ipynb #c28a8d19
+# %% ../../nbs/53_agentic_learner.ipynb #eb9b14c5
 def run_calculator_job(config: Optional[dict] = None, *, progress_bar: bool = True, out=None) -> dict:
     """The agentic GRPO main job from a plain dict: trains, writes the run directory, returns summary.json's dict."""
     import sys
