@@ -437,9 +437,11 @@ class RLLearner:
         gap = self.cluster.pop_logp_gap()
         if gap is not None:
             summary["rollout_logp_gap"] = gap
-        elif not self._gap_warned:
+            return
+        engine, measured = self.cluster.rollout, self.cluster.rollout_config.measure_logp_gap
+        if not self._gap_warned and not (engine.returns_logprobs and measured):  # else: nothing went through generate
             self._gap_warned = True
-            why = ("returns no log-probs" if not self.cluster.rollout.returns_logprobs
+            why = ("returns no log-probs" if not engine.returns_logprobs
                    else "is not measured (RolloutConfig.measure_logp_gap=False)")
             warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
                           "rollout_logp_gap is not logged", stacklevel=2)
