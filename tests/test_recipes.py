@@ -203,3 +203,13 @@ def test_every_tiny_recipe_raises_heldout_accuracy(name, tmp_path):
                                                 environ={}), progress_bar=False, out=io.StringIO())
     assert summary["heldout_accuracy_after"] > summary["heldout_accuracy_before"] + 0.02, summary
     assert summary["figure"]["before"] is not None and summary["figure"]["after"] is not None
+
+
+def test_agentic_recipe_resolves_with_its_own_sections_and_checks_them():
+    r = resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_steps=2"], environ={})
+    assert r.family == "agentic" and r["episode"]["max_steps"] == 2 and r.source("episode.max_steps") == "cli"
+    assert r.source("episode.timeout_s") == "default"
+    with pytest.raises(ValueError, match="did you mean 'max_steps'"):
+        resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_stps=2"], environ={})
+    with pytest.raises(ValueError, match="--dry-run does not cover algorithm 'agentic_grpo'"):
+        recipes.dry_run(r)

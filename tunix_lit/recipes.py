@@ -8,7 +8,7 @@ __all__ = ['FAMILIES', 'ALGORITHMS', 'ENV_PREFIX', 'LORA_DEFAULTS', 'FREE_KEYS',
            'load_model', 'build_data', 'build_rewards', 'make_optimizer', 'encode_sft', 'batches', 'greedy_accuracy',
            'build_rl', 'build_peft', 'build', 'evaluate', 'plot_curve', 'run_recipe', 'dry_run']
 
-# %% ../nbs/71_recipes.ipynb #96f3f686
+# %% ../nbs/71_recipes.ipynb #47e4bfbf
 # Recipes: a YAML file -> a resolved config (OmegaConf merges the layers; we keep, per leaf, which layer set
 # it) -> the objects a launch builds, in order -> a run that writes summary.json. JAX and the trainers are
 # imported inside the builders, so resolving and printing a recipe stays quick.
@@ -24,9 +24,10 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from omegaconf import OmegaConf
 
-# %% ../nbs/71_recipes.ipynb #51fee5e2
+# %% ../nbs/71_recipes.ipynb #7379a3ba
 FAMILIES = {"sft": "sft", "dpo": "dpo", "ipo": "dpo", "orpo": "dpo", "distill": "distill",
-            "grpo": "rl", "dapo": "rl", "drgrpo": "rl", "gspo": "rl", "ppo": "rl"}  # algorithm -> trainer family
+            "grpo": "rl", "dapo": "rl", "drgrpo": "rl", "gspo": "rl", "ppo": "rl",
+            "agentic_grpo": "agentic"}  # algorithm -> trainer family
 ALGORITHMS = tuple(FAMILIES)
 ENV_PREFIX = "TUNIX_LIT_"
 LORA_DEFAULTS = {"rank": 8, "alpha": 16.0, "targets": None, "quantize": None, "tile_size": None}  # targets None = lora.py's
@@ -45,7 +46,7 @@ def _defaults_of(cls, skip=(), **overrides) -> dict:
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return {**out, **overrides}
 
-# %% ../nbs/71_recipes.ipynb #792c5e21
+# %% ../nbs/71_recipes.ipynb #fd5cec42
 def default_recipe(algorithm: str = "grpo") -> dict:
     """The package defaults for `algorithm`: every section and key a recipe for it may set."""
     if algorithm not in FAMILIES:
@@ -53,6 +54,10 @@ def default_recipe(algorithm: str = "grpo") -> dict:
         hint = f"; did you mean '{near[0]}'?" if near else ""
         raise ValueError(f"unknown algorithm {algorithm!r}{hint} choose one of: {', '.join(ALGORITHMS)}")
     family = FAMILIES[algorithm]
+    if family == "agentic":  # chapter 53's calculator job keeps its own sections and defaults
+        from tunix_lit.agentic.learner import calculator_config
+
+        return calculator_config()
     recipe = {
         "algorithm": algorithm,
         "model": "tiny",  # 'tiny' = the embedded default; else an HF checkpoint directory ('scratch': distill only)
@@ -100,7 +105,7 @@ def default_recipe(algorithm: str = "grpo") -> dict:
                                              "num_kv_heads": 2, "head_dim": 16, "seed": 0}}
     return recipe
 
-# %% ../nbs/71_recipes.ipynb #caed2a79
+# %% ../nbs/71_recipes.ipynb #33f141e9
 def _nearest(key: str, valid: Sequence[str]) -> str:
     near = difflib.get_close_matches(str(key), [str(v) for v in valid], n=1, cutoff=0.5)
     return f"; did you mean '{near[0]}'?" if near else ""
@@ -130,7 +135,7 @@ def check_keys(layer: dict, schema: dict, *, source: str, algorithm: str, prefix
         elif isinstance(sub, dict) and value is not None and not (key == "lora" and not prefix):
             raise ValueError(f"'{dotted}' (from {source}) is a section with keys {', '.join(sub)}; got {value!r}")
 
-# %% ../nbs/71_recipes.ipynb #7577971c
+# %% ../nbs/71_recipes.ipynb #fecb6f39
 def _set(tree: dict, dotted: str, value, where: str) -> None:
     node, parts = tree, dotted.split(".")
     for part in parts[:-1]:
@@ -194,7 +199,7 @@ def file_layers(path, seen=()) -> list[tuple[str, dict]]:
         layers = file_layers(base_path, tuple(seen) + (path.resolve(),))
     return layers + [(path.name, raw)]
 
-# %% ../nbs/71_recipes.ipynb #75f7c6e8
+# %% ../nbs/71_recipes.ipynb #adcd6c8a
 def _leaves(tree, prefix=()) -> dict:
     """{path tuple: value} for every leaf; a mapping is not a leaf, except a free one (data.columns)."""
     if isinstance(tree, dict) and prefix not in FREE_KEYS:  # an empty mapping adds nothing (as in the merge)
@@ -215,7 +220,7 @@ def _sources(layers: Sequence[tuple[str, dict]]) -> dict:
             sources[path] = name
     return sources
 
-# %% ../nbs/71_recipes.ipynb #22bb0992
+# %% ../nbs/71_recipes.ipynb #15da099a
 @dataclasses.dataclass
 class Recipe:
     """A resolved recipe: `config` (plain dict), `sources` (leaf path -> 'default' | file | 'env' | 'cli'), its file."""
@@ -259,7 +264,7 @@ class Recipe:
         walk(self.config, (), 0)
         return "\n".join(lines) + "\n"
 
-# %% ../nbs/71_recipes.ipynb #e7ea411f
+# %% ../nbs/71_recipes.ipynb #c584b8c9
 def resolve_recipe(path=None, overrides: Sequence[str] = (), *, environ=None, layers=None) -> Recipe:
     """Merge defaults < recipe file (after its `base:` files) < TUNIX_LIT_ env variables < `key=value` overrides."""
     given = list(layers) if layers is not None else []
@@ -280,12 +285,12 @@ def resolve_recipe(path=None, overrides: Sequence[str] = (), *, environ=None, la
     sources = _sources([("default", defaults), *given])
     if config["run_dir"] is None:
         config["run_dir"] = str(Path("runs") / (Path(path).stem if path is not None else algorithm))
-    if config["task"]["name"] != "arith":
+    if FAMILIES[algorithm] != "agentic" and config["task"]["name"] != "arith":
         raise ValueError(f"unknown task {config['task']['name']!r}; the built-in task is 'arith' "
                          "(for other data set data.train to a file)")
     return Recipe(config, sources, Path(path) if path is not None else None)
 
-# %% ../nbs/71_recipes.ipynb #6cc30d5b
+# %% ../nbs/71_recipes.ipynb #3b8e1092
 @dataclasses.dataclass
 class Launch:
     """Everything a launch builds before the first step, and the build log `built`: (what, description) in order."""
@@ -313,7 +318,7 @@ class Launch:
         """The build log as numbered lines."""
         return "\n".join(f"[{i:>2}] {what:<13} {text}" for i, (what, text) in enumerate(self.built, 1))
 
-# %% ../nbs/71_recipes.ipynb #1a17007b
+# %% ../nbs/71_recipes.ipynb #ce0e1fbb
 def _params(model) -> tuple[int, int]:
     import jax
     from flax import nnx
@@ -354,7 +359,7 @@ def _describe(model) -> str:
     cfg = model.config
     return f"{cfg.family} {n:,} parameters, {b / 2**20:.2f} MiB ({cfg.param_dtype}), {cfg.num_layers} layers"
 
-# %% ../nbs/71_recipes.ipynb #310c349b
+# %% ../nbs/71_recipes.ipynb #263d3b13
 def build_data(launch: Launch, columns: Sequence[str]) -> None:
     """Train and held-out rows: the built-in arithmetic task, or the recipe's data files (columns checked)."""
     from tunix_lit.data import arith, datasets
@@ -403,7 +408,7 @@ def build_rewards(launch: Launch, *, rewards: bool) -> None:
         launch.accuracy_fn = datasets.resolve_function(r["reward"]["accuracy"], base_dir=base)
         launch.add("accuracy", f"{r['reward']['accuracy']} (greedy, on the held-out rows)")
 
-# %% ../nbs/71_recipes.ipynb #d2ec437b
+# %% ../nbs/71_recipes.ipynb #c5651631
 def make_optimizer(spec: dict, learning_rate: Optional[float] = None):
     """(optax optimizer, schedule description) from the recipe's `optimizer` section."""
     import optax
@@ -424,7 +429,7 @@ def make_optimizer(spec: dict, learning_rate: Optional[float] = None):
         text += f", gradients clipped to global norm {spec['max_grad_norm']}"
     return opt, f"{spec['name']}, {text}"
 
-# %% ../nbs/71_recipes.ipynb #15fb31ce
+# %% ../nbs/71_recipes.ipynb #d2eb0296
 def encode_sft(tokenizer, prompts: Sequence[str], answers: Sequence[str], width: Optional[int] = None) -> dict:
     """<bos> prompt answer <eos> rows right-padded to `width` (None = the longest); loss_mask marks answer + eos. int32 [N, T]."""
     import numpy as np
@@ -485,7 +490,7 @@ def greedy_accuracy(launch: Launch, model) -> float:
         scores += list(fn(prompts=prompts, completions=text, **cols))
     return float(np.mean(scores))
 
-# %% ../nbs/71_recipes.ipynb #7c407cdd
+# %% ../nbs/71_recipes.ipynb #7a5ea197
 def build_rl(launch: Launch, optimizer, training: dict, progress_bar: bool) -> None:
     """The RL side: critic (PPO), RLCluster (prints explain()), and the GRPO-family or PPO learner."""
     from tunix_lit.rl import grpo, ppo
@@ -518,7 +523,7 @@ def build_rl(launch: Launch, optimizer, training: dict, progress_bar: bool) -> N
                           f"{launch.trainer.num_generations} completion(s), {cfg.max_steps} steps, "
                           f"{launch.trainer.sizes.accumulation} micro-batch(es) an update")
 
-# %% ../nbs/71_recipes.ipynb #e803f03b
+# %% ../nbs/71_recipes.ipynb #218cfd63
 def _arith_pairs(launch: Launch, problems: list, seed: int) -> list[dict]:
     """Chapter 63's pairs: the right sum chosen; the model's own wrong greedy sum rejected (else a near miss)."""
     import numpy as np
@@ -545,7 +550,7 @@ def _pair_arrays(launch: Launch, rows: list) -> dict:
     return dpo.encode_preference_pairs(launch.tokenizer, [r["prompt"] for r in rows], [r["chosen"] for r in rows],
                                        [r["rejected"] for r in rows])
 
-# %% ../nbs/71_recipes.ipynb #4cfa96ea
+# %% ../nbs/71_recipes.ipynb #e47a55ca
 def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) -> None:
     """SFT / DPO-family / distillation: encoded batches, reference or teacher, and the trainer (chapters 60-64)."""
     from tunix_lit.sft import dpo, distill
@@ -599,7 +604,7 @@ def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) ->
     launch.add("trainer", f"{type(launch.trainer).__name__}: trains {launch.trainer.trainable}, {cfg.max_steps} "
                           f"updates of {batch_size} rows × {cfg.gradient_accumulation_steps} micro-batch(es)")
 
-# %% ../nbs/71_recipes.ipynb #256f4ae0
+# %% ../nbs/71_recipes.ipynb #8cc3549f
 def _algo_config(r: Recipe):
     """The algorithm's own config object, built (and so validated) before any model is loaded."""
     a = r["algorithm"]
@@ -634,7 +639,7 @@ def _student(launch: Launch):
     model.embedder.embedding[...] = model.embedder.embedding[...] * cfg.embed_dim**-0.5
     return model
 
-# %% ../nbs/71_recipes.ipynb #d7a3d2fe
+# %% ../nbs/71_recipes.ipynb #859da9c9
 def build(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Launch:
     """Every object of a launch, in order (mesh, configs, model, tokenizer, data, rewards, ..., checkpoints)."""
     import jax
@@ -687,7 +692,7 @@ def build(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Launch:
                               + (f"resumes from step {found[-1]}" if found else "none yet: starts at step 0"))
     return launch
 
-# %% ../nbs/71_recipes.ipynb #daaaa28a
+# %% ../nbs/71_recipes.ipynb #1b2928fa
 FIGURES = {"sft": ("loss", "held-out loss (nats per answer token)"),
            "dpo": ("logps/margin", "held-out log-prob margin, chosen − rejected (nats)"),
            "distill": ("distill/kl", "KL to the teacher per answer token (train, first → last logged)"),
@@ -716,7 +721,7 @@ def _first_last(trainer, name: str, n: int = 5) -> Optional[tuple[float, float]]
     _, values = trainer.metrics.history(name)
     return (float(np.mean(values[:n])), float(np.mean(values[-n:]))) if values else None
 
-# %% ../nbs/71_recipes.ipynb #507e5099
+# %% ../nbs/71_recipes.ipynb #a2234ea0
 def plot_curve(launch: Launch, before: dict, after: dict, path) -> None:
     """curve.png: the family's train metric per step, and held-out greedy accuracy before / during / after."""
     import matplotlib
@@ -742,11 +747,15 @@ def plot_curve(launch: Launch, before: dict, after: dict, path) -> None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
-# %% ../nbs/71_recipes.ipynb #fc0255db
+# %% ../nbs/71_recipes.ipynb #584b5c52
 def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     """Build and run a resolved recipe in its run directory; returns the summary (also written to summary.json)."""
     t_start = time.perf_counter()
     out = out or sys.stdout
+    if recipe.family == "agentic":  # chapter 53 runs it (its own run directory and summary.json)
+        from tunix_lit.agentic.learner import run_calculator_job
+
+        return run_calculator_job(recipe.config, progress_bar=progress_bar, out=out)
     run_dir = Path(recipe["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(recipe.to_yaml())
@@ -798,10 +807,12 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
           f"{figure['after']}; run directory {run_dir}", file=out)
     return summary
 
-# %% ../nbs/71_recipes.ipynb #f9a194da
+# %% ../nbs/71_recipes.ipynb #c09fe00d
 def dry_run(recipe: Recipe, out=None) -> Launch:
     """Build every object of the launch, print each as it is built, run no step; returns the Launch."""
     out = out or sys.stdout
+    if recipe.family == "agentic":
+        raise ValueError("--dry-run does not cover algorithm 'agentic_grpo' yet; `tunix-lit config` shows its recipe")
     launch = build(recipe, progress_bar=False, log=out)
     launch.trainer.close()
     print(f"dry run: {len(launch.built)} objects built, no step taken", file=out)
