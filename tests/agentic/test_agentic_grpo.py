@@ -124,6 +124,15 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
     assert any(not np.array_equal(a, b) for a, b in zip(params(fresh), params(whole)))
 
 
+def settle(got, want, timeout=10.0):
+    """Wait until `got` has `want` items, then a moment more, so one too many would show."""
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    return len(got)
+
+
 def test_the_feeder_holds_tasks_back_to_the_off_policy_bound():
     """batch_size 2: with k syncs of lead allowed, 2(k+1) tasks start before the first sync, then 2 more per sync."""
     for k in (0, 1):
@@ -132,11 +141,9 @@ def test_the_feeder_holds_tasks_back_to_the_off_policy_bound():
         feeder = learner._feed(iter(TASKS), 0)
         t = threading.Thread(target=lambda: [got.append(x) for x in feeder], daemon=True)
         t.start()
-        time.sleep(0.5)
-        assert len(got) == 2 * (k + 1)
+        assert settle(got, 2 * (k + 1)) == 2 * (k + 1)
         learner._locked_sync()
-        time.sleep(0.5)
-        assert len(got) == 2 * (k + 2) and learner.version == 1
+        assert settle(got, 2 * (k + 2)) == 2 * (k + 2) and learner.version == 1
         learner._stop_feed.set()
         t.join(timeout=2)
         assert not t.is_alive()
@@ -156,10 +163,10 @@ def test_a_batch_older_than_the_bound_is_refused(tok):
 
 
 def test_off_policy_runs_train_with_episodes_at_most_k_syncs_old():
-    learner = make(steps=3, k=1, concurrency=8)
+    learner = make(steps=2, k=1, concurrency=8)
     learner.train(TASKS)
     _, offp = learner.metrics.history("episodes/off_policy_steps")
-    assert len(offp) == 3 and max(offp) <= 1
+    assert len(offp) == 2 and max(offp) <= 1
 
 
 def test_the_job_config_names_bad_keys():
