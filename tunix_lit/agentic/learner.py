@@ -7,7 +7,7 @@ __all__ = ['CALCULATOR_DEFAULTS', 'agent_report', 'calculator_trajectory', 'sft_
            'trajectory_batch', 'AgenticConfig', 'environment_reward', 'AgenticGRPOLearner', 'calculator_config',
            'run_calculator_job']
 
-# %% ../../nbs/53_agentic_learner.ipynb #b51d9255
+# %% ../../nbs/53_agentic_learner.ipynb #09528271
 # Follows the warm-start practice of agentic RL recipes (verl's and TRL's multi-turn SFT: train on
 # assistant turns only, observations as context) and upstream Tunix's agentic GRPO learner: episodes
 # from an orchestrator, group-normalised episode rewards, a loss mask of 1 on assistant tokens and 0
@@ -33,7 +33,7 @@ from ..rl.grpo import GRPOConfig, GRPOLearner
 from ..rl.learner import RLTrainingConfig, policy_logps
 from ..sft.trainer import LossOutput
 
-# %% ../../nbs/53_agentic_learner.ipynb #ea4630c2
+# %% ../../nbs/53_agentic_learner.ipynb #d4e78030
 def _is_call(turn: Turn) -> bool:
     return turn.text.endswith("\n")  # the tiny world's call format (chapter 50)
 
@@ -56,7 +56,7 @@ def agent_report(trajectories: Sequence[Trajectory]) -> dict:
             "answer_copies_result": uses_result / max(1, len(answered)),
             "endings": dict(collections.Counter(t.status.name for t in trajectories))}
 
-# %% ../../nbs/53_agentic_learner.ipynb #4f50dbe5
+# %% ../../nbs/53_agentic_learner.ipynb #781d054a
 def calculator_trajectory(task: dict, tokenizer) -> Trajectory:
     """The ideal tiny-world trajectory of `task` ({"prompt": "a+b=", "answer": ...}): call, result, answer."""
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
@@ -65,7 +65,7 @@ def calculator_trajectory(task: dict, tokenizer) -> Trajectory:
         Turn("model", call, enc(call)), Turn("env", answer + "\n", enc(answer + "\n")),
         Turn("model", answer, enc(answer) + [tokenizer.eos_id])], status=Status.SUCCEEDED, reward=1.0)
 
-# %% ../../nbs/53_agentic_learner.ipynb #2ba47fcb
+# %% ../../nbs/53_agentic_learner.ipynb #8a4140a6
 def sft_batch(trajectories: Sequence[Trajectory], length: int, pad_id: int) -> dict:
     """{"tokens", "loss_mask"} int32 [B, length]: prompt + conversation, right-padded; mask 1 on model tokens."""
     tokens = np.full((len(trajectories), length), pad_id, np.int32)
@@ -80,7 +80,7 @@ def sft_batch(trajectories: Sequence[Trajectory], length: int, pad_id: int) -> d
         mask[row, t.prompt_tokens.size:n] = m
     return {"tokens": tokens, "loss_mask": mask}
 
-# %% ../../nbs/53_agentic_learner.ipynb #5de36a7d
+# %% ../../nbs/53_agentic_learner.ipynb #2873f12d
 def calculator_asset_dir() -> Path:
     """The directory of the shipped warm-started calculator model (the 150-update warm start of this chapter)."""
     import importlib.resources
@@ -98,7 +98,7 @@ def load_calculator(mesh=None):
 
     return tiny.load(mesh=mesh, path=calculator_asset_dir())
 
-# %% ../../nbs/53_agentic_learner.ipynb #4adad17f
+# %% ../../nbs/53_agentic_learner.ipynb #514fdec3
 def trajectory_batch(trajectories: Sequence[Trajectory], advantages, *, prompt_length: int, response_length: int,
                      pad_id: int, filter_overlong: bool = True) -> dict:
     """GRPO train arrays of episodes: prompts left-padded, conversations right-padded, loss on model tokens only."""
@@ -122,7 +122,7 @@ def trajectory_batch(trajectories: Sequence[Trajectory], advantages, *, prompt_l
         out["old_logps"][r, :ids.size] = np.where(mask == 1, np.nan_to_num(logps), 0.0)
     return out
 
-# %% ../../nbs/53_agentic_learner.ipynb #a8d2d895
+# %% ../../nbs/53_agentic_learner.ipynb #3d701f9d
 @dataclasses.dataclass(frozen=True)
 class AgenticConfig:
     """Episodes for agentic GRPO: their limits, how many run at once, how far rollouts may lead, overlong filtering."""
@@ -164,7 +164,7 @@ class AgenticGRPOLearner(GRPOLearner):
         self._sync_engine = cluster.sync_weights
         cluster.sync_weights = self._locked_sync  # the loop's one sync per step now takes the write lock
 
-# %% ../../nbs/53_agentic_learner.ipynb #15911ccc
+# %% ../../nbs/53_agentic_learner.ipynb #d84edc4e
 @patch
 def _locked_sync(self: AgenticGRPOLearner) -> int:
     """The cluster's weight sync, alone (no episode running), then a new policy version."""
@@ -199,7 +199,7 @@ def _in_order(self: AgenticGRPOLearner, groups, first: int):
             yield waiting.pop(following)
             following += 1
 
-# %% ../../nbs/53_agentic_learner.ipynb #cea524cf
+# %% ../../nbs/53_agentic_learner.ipynb #6625cf0b
 def _skip(dataset, n: int):
     it = iter(dataset() if callable(dataset) else dataset)
     for i in range(n):
@@ -237,7 +237,7 @@ def restore_checkpoint(self: AgenticGRPOLearner) -> Optional[int]:
     self.version = self.step
     return step
 
-# %% ../../nbs/53_agentic_learner.ipynb #3e12cc93
+# %% ../../nbs/53_agentic_learner.ipynb #dd12ff87
 @patch
 def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     """Groups of episodes -> group-normalised advantages and train micro-batches with the loss on model tokens."""
@@ -270,7 +270,7 @@ def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     n = self.sizes.train_micro * G
     return [{key: v[i:i + n] for key, v in batch.items()} for i in range(0, len(trajs), n)], metrics
 
-# %% ../../nbs/53_agentic_learner.ipynb #48dd714e
+# %% ../../nbs/53_agentic_learner.ipynb #83ac67a5
 @patch
 def loss_fn(self: AgenticGRPOLearner, model, batch, rng):
     """GRPO's loss with the whole conversation attended and only the model's tokens carrying loss."""
@@ -302,14 +302,15 @@ def evaluate(self: AgenticGRPOLearner, dataset, **_) -> dict:
     self.metrics.write(self.step, metrics, mode="eval")
     return metrics
 
-# %% ../../nbs/53_agentic_learner.ipynb #92c6afd3
+# %% ../../nbs/53_agentic_learner.ipynb #7e336553
 CALCULATOR_DEFAULTS = {
     "algorithm": "agentic_grpo",
     "model": "agentic_calc",  # the shipped warm-started asset, or a directory saved by tiny.save
     "run_dir": None,  # None = runs/agentic_calc_tiny
     "task": {"digits": 4, "heldout_size": 100, "heldout_seed": 99, "train_seed": 1000, "easy_digits": 2},
     "optimizer": {"name": "adam", "learning_rate": 1e-3},
-    "rollout": {"max_new_tokens": 16, "max_prompt_length": 48, "temperature": 1.0, "seed": 0},
+    "rollout": {"max_new_tokens": 16, "max_prompt_length": 48, "temperature": 1.0, "seed": 0,
+                "engine": "vanilla"},  # a name in tunix_lit.rollout.engines.ENGINES: vanilla, hf, vllm, sglang_jax
     "episode": {"max_response_tokens": 32, "max_context": 64, "max_steps": 3, "timeout_s": 60.0},
     "agentic": {"prompt_length": 16, "max_concurrency": 8, "max_groups_ahead": 16, "max_off_policy_steps": 0,
                 "filter_overlong": True},
@@ -337,7 +338,7 @@ def calculator_config(config: Optional[dict] = None) -> dict:
         raise ValueError(f"the calculator job runs algorithm 'agentic_grpo'; got {out['algorithm']!r}")
     return out
 
-# %% ../../nbs/53_agentic_learner.ipynb #5a7eaea4
+# %% ../../nbs/53_agentic_learner.ipynb #2ed58bce
 def _calculator_setup(cfg: dict, progress_bar: bool):
     """(learner, held-out sets, train task stream) of a resolved calculator config."""
     import optax
@@ -370,7 +371,7 @@ def _calculator_setup(cfg: dict, progress_bar: bool):
             yield from sum_tasks(1000, t["digits"], seed=t["train_seed"] + block)
     return learner, held, stream
 
-# %% ../../nbs/53_agentic_learner.ipynb #3debc9e9
+# %% ../../nbs/53_agentic_learner.ipynb #8e69ff02
 def _agent_figures(m: dict, hard: str, easy: str) -> dict:
     return {"exact_match": m[f"{hard}/exact_match"], "call_rate_hard": m[f"{hard}/call_rate"],
             "call_rate_easy": m[f"{easy}/call_rate"], "exact_match_easy": m[f"{easy}/exact_match"],
@@ -398,7 +399,7 @@ def _plot(learner, hard: str, path: Path) -> None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
-# %% ../../nbs/53_agentic_learner.ipynb #eb9b14c5
+# %% ../../nbs/53_agentic_learner.ipynb #48ee0e05
 def run_calculator_job(config: Optional[dict] = None, *, progress_bar: bool = True, out=None) -> dict:
     """The agentic GRPO main job from a plain dict: trains, writes the run directory, returns summary.json's dict."""
     import sys
