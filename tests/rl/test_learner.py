@@ -246,13 +246,18 @@ class _SilentEngine:
         return "silent: a test engine"
 
 
-def test_an_engine_without_log_probs_logs_no_gap_and_says_so_once():
+def test_an_engine_without_log_probs_logs_a_null_gap_and_says_so_once(tmp_path):
     model, tok = tiny.load()
     cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8,
                                                                  engine=_SilentEngine(tok)))
-    learner = GRPOLearner(cluster, optax.adam(1e-3), rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False),
+    learner = GRPOLearner(cluster, optax.adam(1e-3), rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False,
+                                                                         log_dir=str(tmp_path)),
                           GRPOConfig(num_generations=2, beta=0.0), reward_fns=[arith.reward])
     with pytest.warns(UserWarning, match="'silent'.* returns no log-probs") as record:
         result = learner.train(DATA)
     assert len([w for w in record if "log-probs" in str(w.message)]) == 1
-    assert "rollout_logp_gap" not in result.metrics
+    learner.close()
+    assert result.metrics["rollout_logp_gap"] is None
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["mode"] == "train"]
+    assert len(train) == 2 and all(r["rollout_logp_gap"] is None for r in train)  # JSON null, every step

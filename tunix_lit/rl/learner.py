@@ -439,12 +439,13 @@ class RLLearner:
             summary["rollout_logp_gap"] = gap
             return
         engine, measured = self.cluster.rollout, self.cluster.rollout_config.measure_logp_gap
+        summary["rollout_logp_gap"] = None  # logged as null: nothing to compare
         if not self._gap_warned and not (engine.returns_logprobs and measured):  # else: nothing went through generate
             self._gap_warned = True
             why = ("returns no log-probs" if not engine.returns_logprobs
                    else "is not measured (RolloutConfig.measure_logp_gap=False)")
             warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
-                          "rollout_logp_gap is not logged", stacklevel=2)
+                          "rollout_logp_gap is logged as null", stacklevel=2)
 
     def start_step(self, step: int) -> None:
         """Called by the producer before a global step's first chunk (algorithms reset per-step state here)."""

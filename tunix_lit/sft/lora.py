@@ -4,8 +4,7 @@
 
 # %% auto #0
 __all__ = ['PROJECTIONS', 'DEFAULT_TARGETS', 'QUANT_TYPES', 'BASE_WEIGHTS', 'LoraConfig', 'module_paths', 'apply_lora',
-           'lora_param_count', 'base_param_count', 'nbytes', 'float_weight', 'lora_delta', 'merge_lora',
-           'save_merged_hf']
+           'lora_param_count', 'base_param_count', 'nbytes', 'merge_lora', 'save_merged_hf']
 
 # %% ../../nbs/61_lora_qlora.ipynb #7943d5e4
 # Follows upstream Tunix's use of qwix (a LoraProvider with a module-path regex, `apply_lora_to_model`
@@ -151,22 +150,10 @@ def nbytes(tree) -> int:
     return sum(-(-x.size * jax.dtypes.itemsize_bits(x.dtype) // 8) for x in jax.tree.leaves(tree))
 
 # %% ../../nbs/61_lora_qlora.ipynb #05f775b9
-def float_weight(var) -> jax.Array:
-    """A frozen weight as a float array: an `nnx.Param`'s value, or a QLoRA weight dequantised by qwix."""
-    if isinstance(var, nnx.Variable):
-        return var[...]
-    qarray = jax.tree.map(lambda v: v[...], var.array, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return qwix.dequantize(qarray)
+from ..rollout.sync import float_weight  # written once, in chapter 41 (the rollout layer)
 
 # %% ../../nbs/61_lora_qlora.ipynb #f9c01a93
-def lora_delta(a: jax.Array, b: jax.Array, kernel_shape: tuple, einsum_str: Optional[str] = None) -> jax.Array:
-    """Unscaled ΔW = A·B in the kernel's layout; a [*contracting, r], b [r, *rest]; einsum_str for Einsum layers."""
-    if einsum_str is None:  # a Linear: qwix shapes A [in, r] and B [r, out]
-        return (a.reshape(-1, a.shape[-1]) @ b.reshape(b.shape[0], -1)).reshape(kernel_shape)
-    lhs, rhs = einsum_str.replace(" ", "").split("->")[0].split(",")
-    r = next(c for c in "rzyxwvu" if c not in lhs + rhs)
-    shared, rest = "".join(c for c in rhs if c in lhs), "".join(c for c in rhs if c not in lhs)
-    return jnp.einsum(f"{shared}{r},{r}{rest}->{rhs}", a, b)
+from ..rollout.sync import lora_delta  # written once, in chapter 41 (the rollout layer)
 
 
 def merge_lora(model: tfm.Transformer) -> tfm.Transformer:

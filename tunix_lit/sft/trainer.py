@@ -209,9 +209,11 @@ class MetricsLog:
             self._tb = SummaryWriter(str(self.log_dir))
 
     def write(self, step: int, metrics: dict, mode: str = "train") -> None:
-        """Record float metrics at `step` under `mode` ('train' or 'eval')."""
-        row = {k: float(v) for k, v in metrics.items()}
+        """Record float metrics at `step` under `mode` ('train' or 'eval'); None is written as null to metrics.jsonl only."""
+        row = {k: None if v is None else float(v) for k, v in metrics.items()}
         for name, value in row.items():
+            if value is None:  # "not measured": a JSON null, no point on a curve
+                continue
             self._history.setdefault((mode, name), []).append((int(step), value))
             if self._tb is not None:
                 self._tb.add_scalar(f"{mode}/{name}", value, int(step))
