@@ -272,22 +272,6 @@ def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
 
 # %% ../../nbs/53_agentic_learner.ipynb #83ac67a5
 @patch
-def loss_fn(self: AgenticGRPOLearner, model, batch, rng):
-    """GRPO's loss with the whole conversation attended and only the model's tokens carrying loss."""
-    algo = self.algo
-    seen = {**batch, "completion_mask": batch["completion_attention"]}
-    logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
-                                  entropy=algo.compute_entropy)
-    loss, metrics = self._policy_loss(
-        logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
-        epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, ref_logps=batch.get("ref_logps"),
-        beta=algo.beta, kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, entropy=entropy,
-        loss_agg_mode=algo.loss_agg_mode, norm=float(batch["completion_ids"].shape[1]))
-    weight = metrics.pop("loss_denominator")
-    return LossOutput(loss * weight, weight, metrics)
-
-
-@patch
 def evaluate(self: AgenticGRPOLearner, dataset, **_) -> dict:
     """Greedy episodes of each held-out set ({name: tasks} or tasks): agent_report figures, flattened and logged."""
     sets = dataset if isinstance(dataset, dict) else {"heldout": list(dataset)}

@@ -174,7 +174,9 @@ class GRPOLearner(RLLearner):
     def loss_fn(self, model, batch, rng):
         """The GRPO-family loss of one micro-batch as a LossOutput (sum over the aggregation's units, their count)."""
         algo = self.algo
-        logps, entropy = policy_logps(model, batch, temperature=self.cluster.rollout_config.temperature,
+        # a multi-turn batch (chapter 53) attends to its observations too; only completion_mask carries loss
+        seen = {**batch, "completion_mask": batch["completion_attention"]} if "completion_attention" in batch else batch
+        logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
                                       entropy=algo.compute_entropy)
         loss, metrics = self._policy_loss(
             logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
