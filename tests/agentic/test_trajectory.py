@@ -14,15 +14,6 @@ from tunix_lit.models.tokenizer import CharAdapter, CharTokenizer, load_tokenize
 TASK = {"prompt": "1234+5678=", "answer": "6912"}
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(tiny.asset_dir())
-
-
-@pytest.fixture(scope="module")
-def cfg(tok):
-    return EpisodeConfig(max_context=64, stop_tokens=(tok.eos_id, tok.encode("\n", add_special_tokens=False)[0]))
-
 
 def ideal(context: str) -> str:
     """Call the calculator on the prompt's sum, then answer with the observation."""
