@@ -153,7 +153,7 @@ def nbytes(tree) -> int:
 from ..rollout.sync import float_weight  # written once, in chapter 41 (the rollout layer)
 
 # %% ../../nbs/61_lora_qlora.ipynb #f9c01a93
-from ..rollout.sync import lora_delta  # written once, in chapter 41 (the rollout layer)
+from ..rollout.sync import actor_params, lora_delta, path_str  # written once, in chapter 41
 
 
 def merge_lora(model: tfm.Transformer) -> tfm.Transformer:
@@ -162,22 +162,8 @@ def merge_lora(model: tfm.Transformer) -> tfm.Transformer:
     if not isinstance(cfg, LoraConfig):
         raise TypeError(f"merge_lora needs a model returned by apply_lora; this {type(model).__name__} has no LoRA")
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0))))
-    flat = list(nnx.to_flat_state(abstract))
-
-    @nnx.jit
-    def merged_values(model):
-        out = []
-        for path, var in flat:
-            module, name = _node(model, path[:-1]), path[-1]
-            w = float_weight(getattr(module, name))
-            a, b = getattr(module, name + "_lora_a", None), getattr(module, name + "_lora_b", None)
-            if a is not None:  # the delta in float32, then back to the base's storage dtype
-                delta = lora_delta(a[...], b[...], w.shape, getattr(module, "einsum_str", None))
-                w = w.astype(jnp.float32) + cfg.scale * delta.astype(jnp.float32)
-            out.append(w.astype(var.get_value().dtype))
-        return out
-
-    state = nnx.from_flat_state([(p, var.replace(v)) for (p, var), v in zip(flat, merged_values(model))])
+    merged = actor_params(model)  # W + scale·A·B per kernel, in the base's storage dtype (chapter 41)
+    state = nnx.from_flat_state([(p, var.replace(merged[path_str(p)])) for p, var in nnx.to_flat_state(abstract)])
     mesh = _find_mesh(model)
     if mesh is not None:
         state = jax.device_put(state, tfm.state_shardings(state, mesh))
