@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
-           'Attention', 'MLP', 'Block', 'Transformer', 'state_shardings', 'create_model', 'make_mesh']
+           'Attention', 'MLP', 'Block', 'Transformer', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of',
+           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -471,3 +472,74 @@ def make_mesh(fsdp: int = 1, tp: int = 1, devices=None) -> jax.sharding.Mesh:
     if fsdp * tp > len(devices):
         raise ValueError(f"mesh (fsdp={fsdp}, tp={tp}) needs {fsdp * tp} devices, have {len(devices)}")
     return jax.sharding.Mesh(np.asarray(devices[: fsdp * tp]).reshape(fsdp, tp), ("fsdp", "tp"))
+
+# %% ../../nbs/10_model.ipynb #4771ff99
+def _leaves(tree) -> list:
+    return jax.tree.leaves(nnx.state(tree) if isinstance(tree, nnx.Module) else tree)
+
+
+def mesh_of(tree) -> Optional[jax.sharding.Mesh]:
+    """The mesh the arrays of `tree` (module, state or pytree) are placed on; None when none has a NamedSharding."""
+    for leaf in _leaves(tree):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            return sharding.mesh
+    return None
+
+
+def tree_bytes(tree, *, packed: bool = False) -> int:
+    """Bytes of the global arrays (or ShapeDtypeStructs) in `tree`; packed=True counts sub-byte dtypes at their bit width."""
+    total = 0
+    for x in _leaves(tree):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            continue  # static leaves (ints, strings) hold no device memory
+        n = math.prod(x.shape)
+        total += -(-n * jax.dtypes.itemsize_bits(x.dtype) // 8) if packed else n * np.dtype(x.dtype).itemsize
+    return total
+
+
+# %% ../../nbs/10_model.ipynb #bf3afc9a
+def batch_sharding(mesh: Optional[jax.sharding.Mesh], rows: int, axes=("data", "fsdp"), *, batch_dim: int = 0,
+                   ndim: Optional[int] = None) -> Optional[NamedSharding]:
+    """Dim `batch_dim` split over the longest prefix of the mesh `axes` present whose size divides `rows`; None without a mesh."""
+    if mesh is None:
+        return None
+    present = tuple(a for a in axes if a in mesh.shape)
+    while present and rows % math.prod(mesh.shape[a] for a in present):
+        present = present[:-1]
+    spec = [None] * batch_dim + [present or None]
+    if ndim is not None:
+        spec += [None] * (ndim - len(spec))
+    return NamedSharding(mesh, P(*spec))
+
+
+def put_batch(batch, mesh: Optional[jax.sharding.Mesh], axes=("data", "fsdp"), *, batch_dim: int = 0):
+    """The global host `batch` (same on every process) as global arrays split by `batch_sharding`; each process copies only its rows."""
+    if mesh is None:
+        return jax.device_put(batch)
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:  # already global: only re-placed
+            return jax.device_put(x, batch_sharding(mesh, x.shape[batch_dim], axes, batch_dim=batch_dim))
+        if np.ndim(x) <= batch_dim:  # a scalar (or too few dims): every device holds it whole
+            sharding = NamedSharding(mesh, P())
+        else:
+            sharding = batch_sharding(mesh, np.shape(x)[batch_dim], axes, batch_dim=batch_dim)
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(one, batch)
+
+
+def to_host(tree):
+    """NumPy copies of the arrays in `tree`; an array spread over several processes is gathered first (all get the whole)."""
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            from jax.experimental import multihost_utils  # only multi-process runs need it
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    return jax.tree.map(one, tree)
+
