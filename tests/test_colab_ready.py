@@ -47,6 +47,7 @@ def test_a_ready_notebook_passes():
     ("devices = jax.devices()\nm = Mesh(np.array(devices).reshape(2, 4), ('fsdp', 'tp'))", "device grid of literal shape"),
     ("m = Mesh(np.array(jax.devices()[4:]).reshape(2, 2), ('fsdp', 'tp'))", "device count by slice"),
     ("d = mesh_utils.create_device_mesh((2, 4))", "device mesh of literal shape"),
+    ("engine = VllmEngine.build(model, tok, max_new_tokens=8, tensor_parallel_size=4)", "parallel size by literal"),
 ])
 def test_hard_coded_devices_are_caught(source, problem):
     problems = colab_ready.check_notebook(_nb(*READY, ("code", source)))
@@ -59,6 +60,7 @@ def test_hard_coded_devices_are_caught(source, problem):
     "x = jax.device_put(a, jax.devices()[0])",  # the default device exists everywhere
     "ids = [d.id for d in jax.devices()[:1]]",
     "mesh = make_mesh()",
+    "engine = VllmEngine.build(model, tok, tensor_parallel_size=max(1, jax.device_count() // 2))",
     "n = jax.device_count()\nhalf = np.asarray(jax.devices()[: n // 2]).reshape(n // 4, 2)",
     'os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")',
 ])
@@ -136,7 +138,7 @@ def test_make_ready_keeps_an_install_cells_extra_packages_and_moves_it_up(tmp_pa
     nb = _nb(("markdown", "# Demo"), ("code", "from tunix_lit import runtime"), ("code", old))
     colab_ready.make_ready(nb, tmp_path / "00_demo.ipynb")
     install = nb["cells"][1]
-    assert colab_ready.is_install_cell(install) and "'datasets'" in install["source"]
+    assert colab_ready.is_install_cell(install) and 'REPO, "datasets"]' in install["source"]
     assert sum(colab_ready.is_install_cell(c) for c in nb["cells"]) == 1
 
 

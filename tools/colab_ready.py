@@ -26,8 +26,8 @@ the top that a load call reads.
 
 Why the hidden set-up cells stay as they are: `XLA_FLAGS=--xla_force_host_platform_device_count=8`
 only shapes JAX's *CPU* backend, so on a TPU runtime `jax.devices()` is still the TPU chips; and
-`runtime.tune_host_allocator()` only sets glibc malloc parameters of the host process. Both are
-harmless on a TPU and need no skipping.
+`runtime.tune_host_allocator()` returns without touching anything when the backend is not the CPU.
+Both are harmless on a TPU and need no skipping.
 """
 
 import argparse
@@ -48,6 +48,7 @@ _ABSOLUTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|/|#)", re.I)  # https:, data:, a
 _EXPORT = re.compile(r"^\s*#\s*\|\s*export", re.M)
 _DIRECTIVE_ONLY = re.compile(r"^(\s*#\s*\|.*\n?)*\s*$")
 MODEL_LOADERS = {"load_model", "load_hf"}  # plus `tiny.load`: a call of one of these runs a real model
+_PARALLEL_KWARGS = {"tensor_parallel_size", "tp_size", "data_parallel_size", "dp_size", "num_devices"}  # engines' device counts
 MODEL_TOP_CELLS = 10  # the MODEL setting must be among this many first code cells
 
 
@@ -71,7 +72,7 @@ def install_source(extra: tuple = ()) -> str:
     """The canonical install cell's source; `extra` are more pip packages (e.g. 'datasets')."""
     url, _ = repo_settings()
     name = url.rsplit("/", 1)[1]
-    extra_args = "".join(f", {p!r}" for p in extra)
+    extra_args = "".join(f', "{p}"' for p in extra)
     return (
         "# On Colab: fetch the repository, install the package, work from its nbs/ folder; elsewhere nothing happens.\n"
         "import os\n"
@@ -90,10 +91,10 @@ def install_source(extra: tuple = ()) -> str:
 
 def tpu_note_source() -> str:
     """The generic note on what changes on a TPU (a chapter that runs a model writes its own)."""
-    return (f"{TPU_NOTE_MARKER} Runtime → Change runtime type → TPU. The mesh below is built from "
-            "`jax.device_count()`, so it spans every chip there is (one on a v5e-1, eight on a v2-8). "
-            "The hidden set-up's eight fake CPU devices only shape JAX's CPU backend and its host-allocator "
-            "tuning only the host's `malloc`, so both are harmless on a TPU.")
+    return (f"{TPU_NOTE_MARKER} Runtime → Change runtime type → TPU. Any mesh this chapter builds comes from "
+            "`jax.device_count()`, so it spans the chips there are (one on a v5e-1, eight on a v2-8). The hidden "
+            "set-up cells stay as they are: the eight fake devices of `XLA_FLAGS` only shape JAX's CPU backend, "
+            "and `runtime.tune_host_allocator()` does nothing off the CPU backend.")
 
 
 def _source(cell) -> str:
@@ -254,6 +255,8 @@ def device_problems(src: str) -> list:
                     product *= a.value
                 if product > 1:
                     found.append(f"mesh of literal size: {ast.unparse(node)}")
+            elif any(k.arg in _PARALLEL_KWARGS and _int_literal(k.value) and k.value.value > 1 for k in node.keywords):
+                found.append(f"parallel size by literal: {ast.unparse(node)[:120]}")
             elif name == "reshape" and isinstance(node.func, ast.Attribute) and _mentions_devices(node.func.value):
                 args = node.args[0].elts if len(node.args) == 1 and isinstance(node.args[0], ast.Tuple) else node.args
                 if args and all(_int_literal(a) for a in args):
