@@ -239,7 +239,9 @@ def test_every_page_in_a_browser(site, server, browser):
 def test_notebook_pages_hide_what_nbdev_hides(tmp_path, monkeypatch):
     cells = [("code", "#| default_exp models.transformer"), ("markdown", "# T\n\nSee [the next](20_rl_common.ipynb)."),
              ("code", "#| hide\nimport os"), ("code", "#| export\ndef f():\n    return 1"),
-             ("code", "#| eval: false\nnbdev_export()"), ("code", "#| echo: false\nf()")]
+             ("code", "#| eval: false\nnbdev_export()"), ("code", "#| echo: false\nf()"),
+             ("code", 'import sys\nif "google.colab" in sys.modules:\n    subprocess.run(["pip", "install", "x"])'),
+             ("markdown", "![d](https://raw.githubusercontent.com/o/r/main/nbs/images/10_model.svg)")]
     nb = {"cells": [{"cell_type": k, "source": s, "metadata": {}, **({"outputs": []} if k == "code" else {})}
                     for k, s in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     src = tmp_path / "10_demo.ipynb"
@@ -250,7 +252,8 @@ def test_notebook_pages_hide_what_nbdev_hides(tmp_path, monkeypatch):
     build_site.stage_notebook(src, "nbs/10_demo.ipynb", build_site.Rewriter(pages, []))
     staged = json.loads((tmp_path / "stage" / "nbs" / "10_demo.ipynb").read_text())["cells"]
     tags = [set(c["metadata"].get("tags", [])) for c in staged]
-    assert [("remove_cell" in t) for t in tags] == [True, False, True, False, True, False]
+    assert [("remove_cell" in t) for t in tags] == [True, False, True, False, True, False, True, False]
     assert "remove_input" in tags[5]
     assert staged[3]["source"] == "def f():\n    return 1"  # directive lines are not shown
     assert "(20_rl_common.html)" in staged[1]["source"]  # notebook links point at the built page
+    assert staged[7]["source"] == "![d](images/10_model.svg)"  # a raw URL of one of our figures: the local copy

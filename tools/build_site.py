@@ -9,8 +9,9 @@ What it does, in order:
 2. Rewrites what only makes sense in the repository: a link to a repository file that is not a page
    (a module, a recipe, a folder) goes to that file on GitHub; a link to a chapter that does not
    exist yet becomes plain text (listed in `_site/missing_links.txt`); the Colab badge image comes
-   from the site itself. In notebooks, nbdev's hidden cells (`#| hide`, `#| eval: false`) are
-   dropped and the `#|` directive lines removed, as nbdev's own docs do. Nothing is executed: the
+   from the site itself; a figure linked by its raw GitHub URL (so that it loads on Colab) is served
+   from the site's own copy. In notebooks, nbdev's hidden cells (`#| hide`, `#| eval: false`) and
+   the Colab install cell are dropped and the `#|` directive lines removed, as nbdev's own docs do. Nothing is executed: the
    stored outputs are what the site shows.
 3. Builds the navigation by phase from the files present: a notebook `NN_name` belongs to phase
    `N` (its first digit), a prose chapter to the phase whose table in the map lists it (else its
@@ -43,6 +44,7 @@ LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]+)>?(\s+\"[^
 HTML_REF = re.compile(r"""(\b(?:src|href)=")([^"]+)(")""")
 DIRECTIVE = re.compile(r"^\s*#\s*\|\s*([\w-]+)(?:\s*:\s*|\s+)?(.*?)\s*$")  # `#| eval: false`, `#| default_exp x.y`
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+COLAB_INSTALL = '"google.colab" in sys.modules'  # marks the install cell, which does nothing off Colab
 OWN_RAW = re.compile(r"^https://(?:raw\.githubusercontent\.com/[^/]+/[^/]+/[^/]+|github\.com/[^/]+/[^/]+/(?:raw|blob)/[^/]+)/"
                      r"((?:nbs|chapters)/images/[^?#]+)(?:\?raw=true)?$")
 
@@ -170,7 +172,8 @@ def stage_notebook(src: Path, staged: str, rw: Rewriter) -> None:
             source = rw.markdown(source, f"nbs/{src.name}", staged, for_notebook=True)
         elif cell["cell_type"] == "code":
             found, source = _directives(source)
-            if "hide" in found or found.get("eval") == "false" or "default_exp" in found or not source.strip():
+            colab_setup = COLAB_INSTALL in source and "pip" in source  # tools/colab_ready.py's install cell
+            if "hide" in found or found.get("eval") == "false" or "default_exp" in found or not source.strip() or colab_setup:
                 tags.add("remove_cell")
             if found.get("echo") == "false" or "hide_input" in found:
                 tags.add("remove_input")
