@@ -1,5 +1,5 @@
 """The `tunix-lit` console command: `generate` with the embedded model, an HF checkpoint directory, bad flags;
-`config` with each value's source; `train --dry-run`; the host allocator tuned by `train` and `generate` only."""
+`config` with each value's source; `train --dry-run` (the agentic recipe's in a fresh process); the host allocator tuned by `train` and `generate` only."""
 import contextlib
 import io
 import json
@@ -72,13 +72,20 @@ def test_train_with_a_bad_override_is_a_usage_error(capsys):
     assert exit_info.value.code == 2 and "section.key=value" in capsys.readouterr().err
 
 
-def test_console_script_runs_as_a_module_entry_point():
-    """The installed entry point is `tunix_lit.cli:main`; run it in a fresh interpreter as the script would."""
+def test_console_script_dry_runs_the_agentic_recipe_in_a_fresh_process(tmp_path):
+    """The one end-to-end subprocess check: the entry point `tunix_lit.cli:main` in a fresh interpreter, as the
+    installed script runs it, on `train recipes/agentic_calc_tiny.yaml --dry-run`: every object listed, exit 0."""
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "agentic_calc_tiny.yaml")
     proc = subprocess.run([sys.executable, "-c", "import sys; from tunix_lit.cli import main; sys.exit(main())",
-                           "generate", "12+7=", "--max-new-tokens", "4"], capture_output=True, text=True, timeout=300)
+                           "train", recipe, "--dry-run", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(proc.stdout.splitlines()) == 1
-    assert "generate" in build_parser().format_help()
+    lines = proc.stdout.splitlines()
+    names = [l[5:].split()[0] for l in lines if l.startswith("[")]
+    assert names == ["mesh", "rollout", "algorithm", "model", "tokenizer", "episode", "agentic", "tools", "datasets",
+                     "rewards", "optimizer", "cluster", "learner", "checkpoints"]
+    assert lines[-1] == "dry run: 14 objects built, no step taken"
+    assert not (tmp_path / "run" / "summary.json").exists() and "generate" in build_parser().format_help()
 
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "grpo_tiny.yaml")

@@ -97,9 +97,10 @@ def test_max_grad_norm_clips_the_update():
 @pytest.mark.parametrize("name", TINY)
 def test_dry_run_builds_every_object_and_takes_no_step(name, tmp_path):
     out = io.StringIO()
-    # smaller data than the recipe's (row counts do not change what is built); every object is still made
+    # smaller data than the recipe's (row counts do not change what is built); every object is still made.
+    # DPO generates its pairs with the model: as many train problems as held-out ones is one batch shape, one compile
     overrides = [f"run_dir={tmp_path / name}", "task.train_size=512", "task.heldout_size=64"] + \
-        (["dpo.train_problems=128"] if name == "dpo" else [])
+        (["dpo.train_problems=64"] if name == "dpo" else [])
     launch = recipes.dry_run(resolve_recipe(RECIPES / f"{name}_tiny.yaml", overrides, environ={}), out=out)
     built = [what for what, _ in launch.built]
     assert built[0] == "mesh" and built[-1] == "checkpoints"
@@ -211,5 +212,31 @@ def test_agentic_recipe_resolves_with_its_own_sections_and_checks_them():
     assert r.source("episode.timeout_s") == "default"
     with pytest.raises(ValueError, match="did you mean 'max_steps'"):
         resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_stps=2"], environ={})
-    with pytest.raises(ValueError, match="--dry-run does not cover algorithm 'agentic_grpo'"):
-        recipes.dry_run(r)
+
+
+def test_agentic_dry_run_lists_every_object_with_tools_and_episode_settings_and_takes_no_step(tmp_path):
+    """Counts are checked against the shipped safetensors file and the recipe's own numbers, not the code's output."""
+    from safetensors.numpy import load_file
+
+    from tunix_lit.agentic.learner import calculator_asset_dir
+
+    overrides = [f"run_dir={tmp_path / 'a'}", "episode.max_steps=2", "agentic.max_concurrency=4",
+                 "task.heldout_size=12"]
+    out = io.StringIO()
+    launch = recipes.dry_run(resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", overrides, environ={}), out=out)
+    built = dict(launch.built)
+    assert [what for what, _ in launch.built] == ["mesh", "rollout", "algorithm", "model", "tokenizer", "episode",
+                                                 "agentic", "tools", "datasets", "rewards", "optimizer", "cluster",
+                                                 "learner", "checkpoints"]
+    weights = load_file(str(calculator_asset_dir() / "model.safetensors"))
+    n, nbytes = sum(w.size for w in weights.values()), sum(w.nbytes for w in weights.values())
+    assert f"{n:,} parameters, {nbytes / 2**20:.2f} MiB" in built["model"]
+    assert "calculator(a, op, b)" in built["tools"] and "exact_match" in built["tools"]
+    assert "at most 2 model turns" in built["episode"] and "max_response_tokens=32" in built["episode"]
+    assert "max_concurrency=4" in built["agentic"]
+    assert "4-digit 12 tasks" in built["datasets"] and "2-digit 12 tasks" in built["datasets"]
+    assert built["cluster"].splitlines()[0] == launch.extras["cluster"].explain().splitlines()[0]
+    assert "8 tasks a step × 8 episodes, 60 steps" in built["learner"]
+    assert "none yet: starts at step 0" in built["checkpoints"]
+    assert launch.trainer.step == 0 and not (tmp_path / "a" / "summary.json").exists()
+    assert out.getvalue().rstrip().endswith("dry run: 14 objects built, no step taken")

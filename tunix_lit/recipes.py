@@ -6,7 +6,7 @@
 __all__ = ['FAMILIES', 'ALGORITHMS', 'ENV_PREFIX', 'LORA_DEFAULTS', 'FREE_KEYS', 'SECTION_OWNERS', 'FIGURES', 'default_recipe',
            'check_keys', 'cli_layer', 'env_layer', 'file_layers', 'Recipe', 'resolve_recipe', 'Launch', 'build_mesh',
            'load_model', 'build_data', 'build_rewards', 'make_optimizer', 'encode_sft', 'batches', 'greedy_accuracy',
-           'build_rl', 'build_peft', 'build', 'evaluate', 'plot_curve', 'run_recipe', 'dry_run']
+           'build_rl', 'build_peft', 'build', 'evaluate', 'plot_curve', 'run_recipe', 'build_agentic', 'dry_run']
 
 # %% ../nbs/71_recipes.ipynb #47e4bfbf
 # Recipes: a YAML file -> a resolved config (OmegaConf merges the layers; we keep, per leaf, which layer set
@@ -808,12 +808,58 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     return summary
 
 # %% ../nbs/71_recipes.ipynb #c09fe00d
+def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Launch:
+    """Chapter 53's calculator job's objects (built by its own setup, as a launch builds them), each listed."""
+    import jax
+
+    from tunix_lit.agentic import learner as agentic
+
+    cfg = agentic.calculator_config(recipe.config)
+    learner, held, stream = agentic._calculator_setup(cfg, progress_bar)  # the launch's own builder
+    cluster, launch = learner.cluster, Launch(recipe, log=log)
+    launch.model, launch.tokenizer, launch.trainer = cluster.actor, cluster.tokenizer, learner
+    hard = next(iter(held))
+    launch.heldout_rows = held[hard]
+    launch.extras.update(cluster=cluster, heldout=held, stream=stream)
+    launch.add("mesh", f"none: one {jax.default_backend()} device, unsharded ({jax.device_count()} present)")
+    launch.add("rollout", repr(cluster.rollout_config))
+    launch.add("algorithm", repr(learner.algo))
+    where = "the shipped warm start" if cfg["model"] == "agentic_calc" else "a tiny.save directory"
+    launch.add("model", f"{cfg['model']} ({where}): {_describe(launch.model)}")
+    t = launch.tokenizer
+    launch.add("tokenizer", f"{type(getattr(t, 'backend', t)).__name__}, {t.vocab_size:,} ids, eos {t.eos_id}, pad {t.pad_id}")
+    a = learner.agentic
+    launch.add("episode", f"{learner.collector.config!r}; at most {cfg['episode']['max_steps']} model turns")
+    launch.add("agentic", ", ".join(f"{f.name}={getattr(a, f.name)!r}" for f in dataclasses.fields(a)
+                                    if f.name != "episode"))
+    env = learner.make_env(held[hard][0])  # a sample environment: what every episode's environment offers
+    tools = "; ".join(f"{n}({', '.join(getattr(tool, 'parameters', {}))}): {tool.description.rstrip('.')}"
+                      for n, tool in env.tools.tools.items())
+    launch.add("tools", f"{type(env).__name__} with {tools}; parser {type(env.parser).__name__}, "
+                        f"reward {getattr(env.reward_fn, '__name__', env.reward_fn)}")
+    task = cfg["task"]
+    launch.add("datasets", f"train: endless {task['digits']}-digit sums (blocks of 1,000, seeds {task['train_seed']}"
+                           f"+block); held-out: " + ", ".join(f"{k} {len(v):,} tasks" for k, v in held.items()))
+    launch.add("rewards", "the environment's score of each episode (exact match); the reward list holds only "
+                          f"{agentic.environment_reward.__name__}, never called")
+    opt = cfg["optimizer"]
+    launch.add("optimizer", f"{opt['name']}, constant {float(opt['learning_rate']):g}")
+    launch.add("cluster", cluster.explain().replace("\n", "\n" + " " * 19))
+    c = learner.config
+    launch.add("learner", f"{type(learner).__name__}: {c.batch_size} tasks a step × {learner.num_generations} "
+                          f"episodes, {c.max_steps} steps, {learner.sizes.accumulation} micro-batch(es) an update")
+    ckpt = Path(cfg["run_dir"]) / "checkpoints"
+    found = sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.is_dir() else []
+    launch.add("checkpoints", f"{ckpt} (orbax; keep {c.max_to_keep}, save every {c.save_every_n_steps} steps); "
+                              + (f"resumes from step {found[-1]}" if found else "none yet: starts at step 0"))
+    return launch
+
+# %% ../nbs/71_recipes.ipynb #e9b7fb87
 def dry_run(recipe: Recipe, out=None) -> Launch:
     """Build every object of the launch, print each as it is built, run no step; returns the Launch."""
     out = out or sys.stdout
-    if recipe.family == "agentic":
-        raise ValueError("--dry-run does not cover algorithm 'agentic_grpo' yet; `tunix-lit config` shows its recipe")
-    launch = build(recipe, progress_bar=False, log=out)
+    make = build_agentic if recipe.family == "agentic" else build
+    launch = make(recipe, progress_bar=False, log=out)
     launch.trainer.close()
     print(f"dry run: {len(launch.built)} objects built, no step taken", file=out)
     return launch
