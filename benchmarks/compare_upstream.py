@@ -12,7 +12,9 @@ Each round runs upstream's side (`benchmarks/upstream_bench.py` in that venv), t
 (`benchmarks/sampler.py`, `sft_step.py` or `grpo_step.py` with this interpreter), each in a fresh
 process with the same flags. Alternating matters: this kind of machine drifts by up to 2x between
 runs, so only figures from one run compare. Every JSON line is printed as it comes, then one last
-JSON line with both medians and the ratio ours/upstream.
+JSON line with both medians, the ratio ours/upstream and the machine (`benchmarks/machine.py`).
+`XLA_FLAGS` is not passed on; `--max-isa AVX2` is, to both sides, and each sets XLA's
+`--xla_cpu_max_isa` itself.
 """
 
 import argparse
@@ -77,7 +79,8 @@ def main(argv=None) -> int:
         ours.append(float(me[key]))
     t, o = statistics.median(theirs), statistics.median(ours)
     print(json.dumps(dict(compare=args.what, figure=key, better=better, rounds=args.rounds, flags=flags,
-                          ours=round(o, 4), upstream=round(t, 4), ratio_ours_over_upstream=round(o / t, 3))))
+                          ours=round(o, 4), upstream=round(t, 4), ratio_ours_over_upstream=round(o / t, 3),
+                          machine=me.get("machine"))))  # both sides ran here; ours names the machine
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sft_step import add_model_args, build_model, env_info, LORA_TARGETS  # noqa: E402  (same model flags and builder)
+from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
 
 PAD_ID, BOS_ID, EOS_ID, FIRST_FREE_ID = 0, 1, 2, 3
 
@@ -62,6 +63,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
+    add_max_isa_arg(p)
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"warning: ignoring flags upstream's side takes but we do not: {unknown}", file=sys.stderr)
@@ -70,6 +72,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
@@ -152,7 +155,7 @@ def main(argv=None):
                                                     / statistics.median(rest), 1) if rest else None),
                total_train_s=round(total_s, 3),
                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-               loadavg=open("/proc/loadavg").read().split()[:3], env=env_info())
+               loadavg=open("/proc/loadavg").read().split()[:3], env=env_info(), machine=machine_info())
     print(json.dumps(out))
 
 

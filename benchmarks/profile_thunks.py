@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
 
 
 def thunk_times(trace_dir: str):
@@ -55,7 +56,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bench", choices=["sampler", "grpo"])
     p.add_argument("--top", type=int, default=25)
+    add_max_isa_arg(p)
     args, rest = p.parse_known_args(argv)
+    apply_max_isa(args.max_isa)  # here, not in the benchmark: the profiler starts JAX first
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 15)
@@ -76,7 +79,7 @@ def main(argv=None):
     rec = dict(bench=f"profile_{args.bench}", flags=rest,
                ms_by_kind={k: round(v / 1e6, 1) for k, v in by_kind.items()},
                top=[dict(name=n, ms=round(ns / 1e6, 2), runs=count[n]) for n, ns in total.most_common(args.top)],
-               bench_line=json.loads(out.getvalue().strip().splitlines()[-1]))
+               bench_line=json.loads(out.getvalue().strip().splitlines()[-1]), machine=machine_info())
     print(json.dumps(rec))
 
 

@@ -23,6 +23,9 @@ import time
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # as upstream_bench.py's IdText
 FIRST_FREE_ID = 3
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (the machine each figure names)
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--roofline", default="auto", choices=["auto", "on", "off"],
                    help="measure bandwidth and the ceiling fraction (auto: at batch 1)")
     p.add_argument("--bw-mb", type=int, default=512)
+    add_max_isa_arg(p)
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"warning: ignoring unknown flags {unknown}", file=sys.stderr)
@@ -126,6 +130,7 @@ def bytes_per_step(model, cfg, batch, buffer_len):
 
 def main(argv=None):
     args = parse_args(argv)
+    apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
@@ -190,6 +195,7 @@ def main(argv=None):
                                fraction_of_ceiling=round(tokens_per_s / ceiling, 3))
     rec["env"] = dict(python=platform.python_version(), jax=jax.__version__, backend=jax.default_backend(),
                       devices=len(jax.devices()), cpus=os.cpu_count(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+    rec["machine"] = machine_info()
     print(json.dumps(rec), flush=True)
 
 

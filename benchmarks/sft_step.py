@@ -22,6 +22,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (the machine each figure names)
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model flags: the same names and defaults as upstream_bench.py's model_flags."""
@@ -51,6 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--mode", default=None, choices=["full", "lora", "qlora", "all"],
                    help="default: full if --lora-rank is 0, else lora")
+    add_max_isa_arg(p)
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"warning: ignoring flags upstream's side takes but we do not: {unknown}", file=sys.stderr)
@@ -175,6 +179,7 @@ def env_info():
 
 def main(argv=None):
     args = parse_args(argv)
+    apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
@@ -189,7 +194,7 @@ def main(argv=None):
     env = env_info()
     for m in modes:
         out = run_mode(args, m)
-        out.update(import_s=round(import_s, 3), env=env)
+        out.update(import_s=round(import_s, 3), env=env, machine=machine_info())
         print(json.dumps(out), flush=True)
 
 

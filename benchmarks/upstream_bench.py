@@ -22,6 +22,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (no tunix_lit: runs in upstream's venv)
+
 PAD, BOS, EOS = 0, 1, 2
 LORA_TARGETS = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
 
@@ -264,14 +267,17 @@ def main(argv=None):
     g.add_argument("--lora-rank", type=int, default=0)
     for q in (s, f, g):
         model_flags(q)
+        add_max_isa_arg(q)
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"upstream_bench: ignoring flags upstream has no counterpart for: {unknown}", file=sys.stderr)
+    apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     t = time.perf_counter()
     import tunix  # noqa: F401  (timed: upstream's import cost is part of its start-up)
     import_s = time.perf_counter() - t
     result = {"sampler": bench_sampler, "sft": bench_sft, "grpo": bench_grpo}[args.what](args)
-    print(json.dumps(dict(bench=f"upstream_{args.what}", import_s=round(import_s, 3), **result, env=versions())),
+    print(json.dumps(dict(bench=f"upstream_{args.what}", import_s=round(import_s, 3), **result, env=versions(),
+                          machine=machine_info())),
           flush=True)
 
 
