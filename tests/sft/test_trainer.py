@@ -189,3 +189,83 @@ def test_sharded_training_matches_single_device():
     assert sharded._train_step._cache_size() == 1
     with pytest.raises(ValueError, match="batch size 3 does not split over mesh axes \\('fsdp',\\)"):
         tr.shard_batch(make_batches(1, batch=3)[0], mesh)
+
+
+# -- the extension surface: prepare / apply_update / pop_metrics / sync_model / rng / load_state ----------
+
+def test_apply_update_twice_equals_two_train_steps():
+    """Driving the step by hand gives the same parameters and losses as `train` on the same batches."""
+    batches = make_batches(4, ragged=True, seed=5)
+    looped = tr.PeftTrainer(create_model(CFG, seed=0), optax.adamw(1e-2), quiet(max_steps=2, gradient_accumulation_steps=2))
+    looped.train(batches)
+    manual = tr.PeftTrainer(create_model(CFG, seed=0), optax.adamw(1e-2), quiet(max_steps=2, gradient_accumulation_steps=2))
+    for pair in (batches[:2], batches[2:]):
+        manual.apply_update(manual.prepare(pair))
+    assert manual.step == 2 and len(manual._pending) == 2  # nothing read back yet
+    rows = manual.pop_metrics()
+    assert manual.pop_metrics() == []  # the queue was emptied by one read
+    p0, a, b = params_of(create_model(CFG, seed=0)), params_of(manual.model), params_of(looped.model)
+    assert max(np.abs(a[k] - p0[k]).max() for k in a) > 1e-3  # both really moved
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([r["loss"] for r in rows], looped.metrics.history("loss")[1], rtol=1e-6)
+    assert manual._train_step._cache_size() == 1
+
+
+def test_prepare_stacks_places_and_checks_shapes():
+    mesh = make_mesh(2, 4)
+    t = tr.PeftTrainer(create_model(CFG, seed=0, mesh=mesh), optax.sgd(0.1), quiet(gradient_accumulation_steps=2), mesh=mesh)
+    micro = make_batches(2, batch=8)
+    batch = t.prepare(micro)
+    assert batch["tokens"].shape == (2, 8, T)
+    assert batch["tokens"].sharding.spec == jax.sharding.PartitionSpec(None, ("fsdp",))
+    np.testing.assert_array_equal(np.asarray(batch["tokens"][1]), micro[1]["tokens"])
+    with pytest.raises(ValueError, match="got 1 micro-batches; .* gradient_accumulation_steps=2"):
+        t.prepare(micro[:1])
+    with pytest.raises(ValueError, match=r"batch 1 has shapes .*\(4, 16\).*expected .*\(8, 16\)"):
+        t.prepare([micro[0], make_batches(1, batch=4)[0]])
+    with pytest.raises(ValueError, match=r"batch 0 has shapes .*\(8, 12\).* but the first batch had .*\(8, 16\)"):
+        t.prepare(make_batches(2, batch=8, seq=12))
+    # any batch format passes (RL's has per-row scalars); the SFT split check is not prepare's
+    u = tr.PeftTrainer(create_model(CFG, seed=0, mesh=mesh), optax.sgd(0.1), quiet(), mesh=mesh)
+    odd = u.prepare([dict(tokens=np.zeros((3, T), np.int32), advantages=np.ones((3,), np.float32))])
+    assert odd["advantages"].shape == (3,) and odd["tokens"].sharding.spec == jax.sharding.PartitionSpec(None)
+    with pytest.raises(ValueError, match="batch size 3 does not split"):
+        u._prepare([make_batches(1, batch=3)[0]])
+
+
+def test_pop_metrics_stops_at_a_nan_and_keeps_the_last_good_state():
+    batches = make_batches(3)
+    batches[1]["tokens"][0, 0] = 7  # the second update is poisoned
+    for b in (batches[0], batches[2]):
+        b["tokens"][0, 0] = 8
+    t = tr.PeftTrainer(create_model(CFG, seed=0), optax.adamw(1e-3), quiet(), loss_fn=poison_loss)
+    for b in batches:
+        t.apply_update(t.prepare([b]))
+    with pytest.raises(tr.NonFiniteLossError, match="loss is nan .* at step 2"):
+        t.pop_metrics()
+    assert t.step == 1
+    one = tr.PeftTrainer(create_model(CFG, seed=0), optax.adamw(1e-3), quiet(), loss_fn=poison_loss)
+    one.apply_update(one.prepare(batches[:1]))
+    a, b = params_of(t.model), params_of(one.model)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_load_state_puts_params_optimizer_rng_and_step_in_place():
+    """Restoring the state after update 1 into a fresh trainer, then update 2, equals updates 1 and 2 in one trainer."""
+    batches = make_batches(2, seed=11)
+    first = tr.PeftTrainer(create_model(CFG, seed=0), optax.adamw(1e-2), quiet())
+    first.apply_update(first.prepare(batches[:1]))
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)  # the next update donates (deletes) the live buffers
+    saved = (copy(nnx.state(first.model, first.wrt)), copy(nnx.state(first.optimizer)), copy(first.rng), first.step)
+    first.apply_update(first.prepare(batches[1:]))
+    second = tr.PeftTrainer(create_model(CFG, seed=3), optax.adamw(1e-2), quiet(seed=99))
+    second.load_state(*saved)
+    assert second.step == 1
+    np.testing.assert_array_equal(jax.random.key_data(second.rng), jax.random.key_data(saved[2]))
+    second.apply_update(second.prepare(batches[1:]))
+    a, b = params_of(first.model), params_of(second.model)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(jax.random.key_data(first.rng), jax.random.key_data(second.rng))
+    assert second.step == 2 and second._train_step._cache_size() == 1

@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['REQUIRED_KEYS', 'OPTIONAL_KEYS', 'TrainingConfig', 'LossOutput', 'next_token_loss', 'validate_batch', 'shard_batch',
            'select_trainable', 'make_train_step', 'make_eval_step', 'MetricsLog', 'TrainingHooks', 'NonFiniteLossError',
-           'TrainResult', 'skip_batches', 'PeftTrainer']
+           'PeftTrainer', 'TrainResult', 'skip_batches']
 
-# %% ../../nbs/60_peft_trainer.ipynb #2498c1c9
+# %% ../../nbs/60_peft_trainer.ipynb #04b51461
 import dataclasses
 import itertools
 import json
@@ -22,10 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from fastcore.basics import patch
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-# %% ../../nbs/60_peft_trainer.ipynb #21a23f7d
+from ..models import transformer as tfm
+
+# %% ../../nbs/60_peft_trainer.ipynb #cbd8c07c
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """How long to train, how to batch the update, and where logs and checkpoints go."""
@@ -55,7 +58,7 @@ class TrainingConfig:
         if isinstance(self.data_axes, str) or not all(isinstance(a, str) for a in self.data_axes):
             raise TypeError(f"TrainingConfig.data_axes must be a tuple of mesh axis names, got {self.data_axes!r}")
 
-# %% ../../nbs/60_peft_trainer.ipynb #22dd6a24
+# %% ../../nbs/60_peft_trainer.ipynb #addaf353
 class LossOutput(NamedTuple):
     """A loss as a sum and its weight, so micro-batches combine exactly: loss = Σ total / Σ weight."""
 
@@ -77,7 +80,7 @@ def next_token_loss(model, batch: dict, rng: Optional[jax.Array] = None) -> Loss
     nll = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return LossOutput(jnp.sum(nll * weights), jnp.sum(weights))
 
-# %% ../../nbs/60_peft_trainer.ipynb #a8a47187
+# %% ../../nbs/60_peft_trainer.ipynb #fdc23314
 REQUIRED_KEYS = ("tokens", "loss_mask")
 OPTIONAL_KEYS = ("positions", "attention_mask")
 
@@ -110,21 +113,25 @@ def validate_batch(batch, max_seq_len: Optional[int] = None, *, where: str = "ba
     return batch
 
 
-def shard_batch(batch: dict, mesh: Optional[jax.sharding.Mesh], axes=("data", "fsdp"), *, batch_dim: int = 0):
-    """Put each array on the mesh with dimension `batch_dim` split over the mesh `axes` present (device 0 if no mesh)."""
+def _check_split(batch: dict, mesh: Optional[jax.sharding.Mesh], axes, *, batch_dim: int = 0) -> None:
+    """Raise a ValueError naming the sizes when dimension `batch_dim` does not split evenly over the mesh `axes` present."""
     if mesh is None:
-        return jax.device_put(batch)
+        return
     present = tuple(a for a in axes if a in mesh.shape)
     size = math.prod(mesh.shape[a] for a in present)
     # other batch formats (DPO's prompt/chosen/rejected) have no "tokens": any array gives the batch size
-    B = np.shape(batch["tokens"] if "tokens" in batch else jax.tree.leaves(batch)[0])[batch_dim]
-    if B % size:
-        raise ValueError(f"batch size {B} does not split over mesh axes {present} of total size {size}; "
+    rows = np.shape(batch["tokens"] if "tokens" in batch else jax.tree.leaves(batch)[0])[batch_dim]
+    if rows % size:
+        raise ValueError(f"batch size {rows} does not split over mesh axes {present} of total size {size}; "
                          f"use a multiple of {size}")
-    spec = P(*([None] * batch_dim), present or None)
-    return jax.device_put(batch, NamedSharding(mesh, spec))
 
-# %% ../../nbs/60_peft_trainer.ipynb #38916283
+# %% ../../nbs/60_peft_trainer.ipynb #323890a5
+def shard_batch(batch: dict, mesh: Optional[jax.sharding.Mesh], axes=("data", "fsdp"), *, batch_dim: int = 0):
+    """`tfm.put_batch` after checking that dimension `batch_dim` splits evenly over the mesh `axes` present."""
+    _check_split(batch, mesh, axes, batch_dim=batch_dim)
+    return tfm.put_batch(batch, mesh, axes, batch_dim=batch_dim)
+
+# %% ../../nbs/60_peft_trainer.ipynb #56f90c2e
 def select_trainable(model, trainable: str = "auto"):
     """The variable type that decides what trains: nnx.LoRAParam ('lora') or nnx.Param ('all'); 'auto' picks LoRA if present."""
     if trainable not in ("auto", "all", "lora"):
@@ -136,7 +143,7 @@ def select_trainable(model, trainable: str = "auto"):
     lora = trainable == "lora" or (trainable == "auto" and has_lora)
     return ("lora", nnx.LoRAParam) if lora else ("all", nnx.Param)
 
-# %% ../../nbs/60_peft_trainer.ipynb #fa56d42a
+# %% ../../nbs/60_peft_trainer.ipynb #031111b7
 def make_train_step(graphdef, loss_fn: Callable, wrt, accumulation: int) -> Callable:
     """The pure train step ((state, rng, halted), frozen, batch) -> (new carry, metrics); batch arrays [A, B, T] if A > 1."""
 
@@ -193,7 +200,7 @@ def make_eval_step(graphdef, loss_fn: Callable) -> Callable:
 
     return step
 
-# %% ../../nbs/60_peft_trainer.ipynb #f5409a85
+# %% ../../nbs/60_peft_trainer.ipynb #2a642f27
 class MetricsLog:
     """Logged scalars kept in memory (for plots) and, with a log_dir, in metrics.jsonl and TensorBoard event files."""
 
@@ -232,7 +239,7 @@ class MetricsLog:
             self._tb.close()
             self._jsonl = self._tb = None
 
-# %% ../../nbs/60_peft_trainer.ipynb #fd6a593b
+# %% ../../nbs/60_peft_trainer.ipynb #fe9e7b34
 class TrainingHooks:
     """Override any of these to watch or steer a run (the trainer calls them; the defaults do nothing)."""
 
@@ -246,7 +253,169 @@ class TrainingHooks:
 class NonFiniteLossError(FloatingPointError):
     """The loss or gradient norm became NaN or inf; the update was not applied."""
 
-# %% ../../nbs/60_peft_trainer.ipynb #232415af
+# %% ../../nbs/60_peft_trainer.ipynb #3e1e6890
+class PeftTrainer:
+    """Trains an NNX model with an optax optimizer; the variable type (LoRA or all params) decides what trains."""
+
+    def __init__(self, model: nnx.Module, optimizer: optax.GradientTransformation, config: TrainingConfig, *,
+                 loss_fn: Callable = next_token_loss, eval_loss_fn: Optional[Callable] = None,
+                 mesh: Optional[jax.sharding.Mesh] = None, hooks: Iterable[TrainingHooks] = (),
+                 trainable: str = "auto", donate: bool = True):
+        if not isinstance(config, TrainingConfig):
+            raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
+        self.config, self.mesh, self.hooks = config, mesh, list(hooks)
+        self.trainable, self.wrt = select_trainable(model, trainable)
+        self._model = model
+        self._optimizer = nnx.Optimizer(model, optimizer, wrt=self.wrt)
+        # split once: the donated part (trainable params + optimizer state) and the frozen rest
+        self._donated = nnx.Any(self.wrt, nnx.OptState)
+        self._graphdef, state, self._frozen = nnx.split((model, self._optimizer), self._donated, ...)
+        self._carry = self._place((state, jax.random.key(config.seed), jnp.zeros((), bool)))  # (state, rng, halted)
+        self._stale = False  # True while the nnx objects lag behind self._carry
+        out = None if mesh is None else (jax.tree.map(lambda x: x.sharding, self._carry), None)
+        # donate the carry: params and optimizer state are replaced every step, so XLA updates them in place
+        # (donate=False when something else still reads the parameters, e.g. an RL rollout sharing them)
+        self._train_step = jax.jit(make_train_step(self._graphdef, loss_fn, self.wrt,
+                                                   config.gradient_accumulation_steps),
+                                   donate_argnums=0 if donate else (), out_shardings=out)
+        self._eval_step = jax.jit(make_eval_step(self._graphdef, eval_loss_fn or loss_fn))
+        self.step = 0  # optimizer updates done
+        self.data_position = 0  # micro-batches consumed from the training data
+        self.metrics = MetricsLog(config.log_dir)
+        self._checkpointer = None
+        if config.checkpoint_dir is not None:
+            from tunix_lit.sft import checkpoint  # chapter 62; imported only when checkpoints are asked for
+
+            self._checkpointer = checkpoint.Checkpointer(config.checkpoint_dir, max_to_keep=config.max_to_keep)
+        self._stop_reason: Optional[str] = None  # set by request_stop (or SIGTERM); read after each update
+        self._started, self._skip = False, 0  # the first train() resumes; _skip = batches a restore consumed
+        self._signature: Optional[dict] = None  # key -> shape of the first batch; later batches must match
+        self._pending: list = []  # (step, device metrics) not yet read by the host
+
+# %% ../../nbs/60_peft_trainer.ipynb #41a7979b
+@patch
+def _place(self: PeftTrainer, carry):
+    """Put every carry leaf on the mesh (replicated unless already sharded there) so the step compiles once."""
+    if self.mesh is None:  # committed, like the step's outputs: an uncommitted leaf would compile it twice
+        return jax.device_put(carry, jax.devices()[0])
+    replicated = NamedSharding(self.mesh, P())
+
+    def one(x):
+        s = getattr(x, "sharding", None)
+        return x if isinstance(s, NamedSharding) and s.mesh == self.mesh else jax.device_put(x, replicated)
+
+    return jax.tree.map(one, carry)
+
+# %% ../../nbs/60_peft_trainer.ipynb #41d1aad6
+@patch
+def sync_model(self: PeftTrainer) -> None:
+    """Write the carried (possibly donated) trainable state back into the model and optimizer."""
+    if self._stale:
+        nnx.update((self._model, self._optimizer), self._carry[0])
+        self._stale = False
+
+
+@patch
+def _sync(self: PeftTrainer) -> None:
+    """The old internal name of sync_model (chapter 31 used it before the surface existed)."""
+    self.sync_model()
+
+
+@patch(as_prop=True)
+def model(self: PeftTrainer) -> nnx.Module:
+    """The model, with the latest trained parameters."""
+    self.sync_model()
+    return self._model
+
+
+@patch(as_prop=True)
+def optimizer(self: PeftTrainer) -> nnx.Optimizer:
+    """The nnx.Optimizer holding the optax state for the trainable variables."""
+    self.sync_model()
+    return self._optimizer
+
+
+@patch(as_prop=True)
+def rng(self: PeftTrainer) -> jax.Array:
+    """The trainer's current RNG key (split once per update; saved in checkpoints)."""
+    return self._carry[1]
+
+# %% ../../nbs/60_peft_trainer.ipynb #90c20de8
+@patch
+def load_state(self: PeftTrainer, params: nnx.State, opt_state: nnx.State, rng: jax.Array, step: int) -> None:
+    """Put restored parameters, optimizer state, RNG key and update count in place."""
+    self.sync_model()
+    nnx.update(self._model, params)
+    nnx.update(self._optimizer, opt_state)
+    state = nnx.state((self._model, self._optimizer), self._donated)
+    self._carry = self._place((state, rng, jnp.zeros((), bool)))
+    self.step = int(step)
+
+# %% ../../nbs/60_peft_trainer.ipynb #37234ba8
+@patch
+def prepare(self: PeftTrainer, micro_batches: list) -> dict:
+    """Check micro-batch shapes against the first call, stack to [A, b, ...] when A > 1, and place on the mesh."""
+    micro, A = list(micro_batches), self.config.gradient_accumulation_steps
+    if len(micro) != A:
+        raise ValueError(f"got {len(micro)} micro-batches; this trainer's step was built for "
+                         f"gradient_accumulation_steps={A}")
+    where = lambda i: f"batch {self.data_position + i}"
+    shapes = [{k: np.shape(v) for k, v in b.items()} for b in micro]
+    if self._signature is None:
+        self._signature = shapes[0]
+    if shapes[0] != self._signature:
+        raise ValueError(f"{where(0)} has shapes {shapes[0]}, but the first batch had {self._signature}; pad every "
+                         "batch to one shape (a new shape would recompile the train step)")
+    for i, got in enumerate(shapes[1:], 1):
+        if got != shapes[0]:
+            raise ValueError(f"{where(i)} has shapes {got}, expected {shapes[0]} like {where(0)}")
+    if A == 1:
+        return tfm.put_batch(micro[0], self.mesh, self.config.data_axes)
+    stacked = {k: np.stack([np.asarray(b[k]) for b in micro]) for k in shapes[0]}
+    return tfm.put_batch(stacked, self.mesh, self.config.data_axes, batch_dim=1)
+
+# %% ../../nbs/60_peft_trainer.ipynb #cac976ac
+@patch
+def apply_update(self: PeftTrainer, batch: dict) -> None:
+    """One optimizer update on a prepared batch; its metrics stay on device, queued for pop_metrics."""
+    self._carry, metrics = self._train_step(self._carry, self._frozen, batch)
+    self._stale = True
+    self.step += 1
+    self._pending.append((self.step, metrics))
+
+# %% ../../nbs/60_peft_trainer.ipynb #24461daa
+@patch
+def _pop_checked(self: PeftTrainer):
+    """Yield (step, host-float metrics) of every queued update, raising at the first non-finite one."""
+    if not self._pending:
+        return
+    steps, values = zip(*self._pending)
+    self._pending = []
+    for step, row in zip(steps, jax.device_get(list(values))):  # one transfer for the whole queue
+        row = {k: float(v) for k, v in row.items()}
+        if not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])):
+            self._on_non_finite(step, row)
+        yield step, row
+
+
+@patch
+def pop_metrics(self: PeftTrainer) -> list[dict]:
+    """Host floats of every queued update (one transfer); a non-finite loss or grad norm raises NonFiniteLossError."""
+    return [row for _, row in self._pop_checked()]
+
+
+@patch
+def _on_non_finite(self: PeftTrainer, step: int, row: dict):
+    """Stop at a non-finite update: rewind the count to the last good one and raise NonFiniteLossError."""
+    self.step = step - 1  # the device skipped this update and every later one
+    self.sync_model()
+    where = "no checkpoint"
+    if self._checkpointer is not None and self._checkpointer.steps():
+        where = f"last good checkpoint: step {self._checkpointer.steps()[-1]} in {self._checkpointer.directory}"
+    raise NonFiniteLossError(f"loss is {row['loss']} (grad norm {row['grad_norm']}) at step {step}; the update "
+                             f"was not applied and training stopped ({where})")
+
+# %% ../../nbs/60_peft_trainer.ipynb #a7e78a69
 @dataclasses.dataclass
 class TrainResult:
     """How a call to `train` ended."""
@@ -291,222 +460,137 @@ class _stop_on_sigterm:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
 
-# %% ../../nbs/60_peft_trainer.ipynb #7d14b134
-class PeftTrainer:
-    """Trains an NNX model with an optax optimizer; the variable type (LoRA or all params) decides what trains."""
+# %% ../../nbs/60_peft_trainer.ipynb #d7269504
+@patch
+def _validate(self: PeftTrainer, batch, where: str) -> dict:
+    """Check one micro-batch; trainers with another batch format (DPO, distillation) override this."""
+    return validate_batch(batch, self.config.max_seq_len, where=where)
 
-    def __init__(self, model: nnx.Module, optimizer: optax.GradientTransformation, config: TrainingConfig, *,
-                 loss_fn: Callable = next_token_loss, eval_loss_fn: Optional[Callable] = None,
-                 mesh: Optional[jax.sharding.Mesh] = None, hooks: Iterable[TrainingHooks] = (),
-                 trainable: str = "auto", donate: bool = True):
-        if not isinstance(config, TrainingConfig):
-            raise TypeError(f"config must be a TrainingConfig, got {type(config).__name__}")
-        self.config, self.mesh, self.hooks = config, mesh, list(hooks)
-        self.trainable, self.wrt = select_trainable(model, trainable)
-        self._model = model
-        self._optimizer = nnx.Optimizer(model, optimizer, wrt=self.wrt)
-        # split once: the donated part (trainable params + optimizer state) and the frozen rest
-        self._donated = nnx.Any(self.wrt, nnx.OptState)
-        self._graphdef, state, self._frozen = nnx.split((model, self._optimizer), self._donated, ...)
-        carry = (state, jax.random.key(config.seed), jnp.zeros((), bool))
-        self._carry = self._place(carry)
-        self._stale = False  # True while the nnx objects lag behind self._carry
-        out = None if mesh is None else (jax.tree.map(lambda x: x.sharding, self._carry), None)
-        # donate the carry: params and optimizer state are replaced every step, so XLA updates them in place
-        # (donate=False when something else still reads the parameters, e.g. an RL rollout sharing them)
-        self._train_step = jax.jit(make_train_step(self._graphdef, loss_fn, self.wrt,
-                                                   config.gradient_accumulation_steps),
-                                   donate_argnums=0 if donate else (), out_shardings=out)
-        self._eval_step = jax.jit(make_eval_step(self._graphdef, eval_loss_fn or loss_fn))
-        self.step = 0  # optimizer updates done
-        self.data_position = 0  # micro-batches consumed from the training data
-        self.metrics = MetricsLog(config.log_dir)
-        self._checkpointer = None
-        if config.checkpoint_dir is not None:
-            from tunix_lit.sft import checkpoint  # chapter 62; imported only when checkpoints are asked for
 
-            self._checkpointer = checkpoint.Checkpointer(config.checkpoint_dir, max_to_keep=config.max_to_keep)
-        self._stop_reason: Optional[str] = None
-        self._started, self._skip = False, 0
-        self._signature: Optional[dict] = None  # key -> shape of the first batch; later batches must match
-        self._pending: list = []  # (step, device metrics) not yet read by the host
+@patch
+def _prepare(self: PeftTrainer, micro: list) -> dict:
+    """Validate each micro-batch's format, check the rows split over the data axes, then prepare."""
+    micro = [self._validate(b, f"batch {self.data_position + i}") for i, b in enumerate(micro)]
+    _check_split(micro[0], self.mesh, self.config.data_axes)
+    return self.prepare(micro)
 
-    @property
-    def model(self) -> nnx.Module:
-        """The model, with the latest trained parameters."""
-        self._sync()
-        return self._model
+# %% ../../nbs/60_peft_trainer.ipynb #fb56b0bf
+@patch
+def _flush(self: PeftTrainer, bar) -> dict:
+    """Read queued metrics to the host (one transfer), log each row, and stop on a non-finite loss."""
+    row, last = {}, None
+    for last, row in self._pop_checked():  # rows before a bad one are written before it raises
+        row["perplexity"] = math.exp(min(row["loss"], 80.0))
+        self.metrics.write(last, row)
+    if last is None:
+        return {}
+    for hook in self.hooks:
+        hook.on_log(self, last, row)
+    if bar is not None:
+        bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
+    return row
 
-    @property
-    def optimizer(self) -> nnx.Optimizer:
-        """The nnx.Optimizer holding the optax state for the trainable variables."""
-        self._sync()
-        return self._optimizer
+# %% ../../nbs/60_peft_trainer.ipynb #9d7105d2
+@patch
+def request_stop(self: PeftTrainer, reason: str = "requested") -> None:
+    """Finish the current step, save a checkpoint, and return from `train` (safe from a signal handler)."""
+    self._stop_reason = reason
 
-    def request_stop(self, reason: str = "requested") -> None:
-        """Finish the current step, save a checkpoint, and return from `train` (safe from a signal handler)."""
-        self._stop_reason = reason
 
-    def train(self, train_data: Iterable[dict], eval_data=None) -> TrainResult:
-        """Run updates until max_steps, the end of the data, or a stop request; resume from a checkpoint first."""
-        cfg, A = self.config, self.config.gradient_accumulation_steps
-        if cfg.resume and not self._started:  # only the first call resumes; later calls continue in memory
-            self.restore_checkpoint()
-        self._started, start_step = True, self.step
-        batches = skip_batches(train_data, self._skip)  # after a restore: the batches the saved run had consumed
-        self._skip = 0
-        self._stop_reason, eval_metrics, logged = None, {}, {}
-        for hook in self.hooks:
-            hook.on_train_start(self)
-        bar = _progress_bar(cfg, self.step)
-        with _stop_on_sigterm(self), bar:
-            reason = "max_steps"
-            while self.step < cfg.max_steps:
-                micro = list(itertools.islice(batches, A))
-                if len(micro) < A:
-                    reason = "data_exhausted"
-                    break
-                batch = self._prepare(micro)
-                self._carry, metrics = self._train_step(self._carry, self._frozen, batch)
-                self._stale = True
-                self.step, self.data_position = self.step + 1, self.data_position + A
-                self._pending.append((self.step, metrics))
-                bar.update(1)
-                for hook in self.hooks:
-                    hook.on_step_end(self, self.step)
-                last = self.step == cfg.max_steps or self._stop_reason is not None
-                if self.step % cfg.log_every_n_steps == 0 or last:
-                    logged = self._flush(bar) or logged
-                if self._checkpointer is not None and (self.step % cfg.save_every_n_steps == 0):
-                    self.save_checkpoint()
-                if eval_data is not None and cfg.eval_every_n_steps and self.step % cfg.eval_every_n_steps == 0:
-                    eval_metrics = self.evaluate(eval_data)
-                if self._stop_reason is not None:
-                    reason = self._stop_reason
-                    break
-            logged = self._flush(bar) or logged
-            if self._checkpointer is not None and self.step > 0 and self.step not in self._checkpointer.steps():
+@patch
+def save_checkpoint(self: PeftTrainer) -> None:
+    """Save params (LoRA only when training LoRA), optimizer state, step, data position and RNG."""
+    if self._checkpointer is None:
+        raise ValueError("no checkpoint_dir in the TrainingConfig; set one to save checkpoints")
+    self._flush(None)  # a NaN found here raises before anything bad is written
+    self.sync_model()
+    self._checkpointer.save(self.step, nnx.state(self._model, self.wrt), nnx.state(self._optimizer),
+                            data_position=self.data_position, rng=self._carry[1], kind=self.trainable)
+
+
+@patch
+def restore_checkpoint(self: PeftTrainer, step: Optional[int] = None) -> Optional[int]:
+    """Load the newest good checkpoint (or `step`) into the model and optimizer; its step, or None if none."""
+    if self._checkpointer is None:
+        return None
+    self.sync_model()
+    restored = self._checkpointer.restore(nnx.state(self._model, self.wrt), nnx.state(self._optimizer), step=step)
+    if restored is None:
+        return None
+    self.load_state(restored.params, restored.opt_state, restored.rng, restored.step)
+    self.data_position = self._skip = restored.data_position
+    return restored.step
+
+
+@patch
+def close(self: PeftTrainer) -> None:
+    """Flush metrics and wait for checkpoint writes."""
+    self.metrics.close()
+    if self._checkpointer is not None:
+        self._checkpointer.close()
+
+# %% ../../nbs/60_peft_trainer.ipynb #c1f326c6
+@patch
+def train(self: PeftTrainer, train_data: Iterable[dict], eval_data=None) -> TrainResult:
+    """Run updates until max_steps, the end of the data, or a stop request; resume from a checkpoint first."""
+    cfg, A = self.config, self.config.gradient_accumulation_steps
+    if cfg.resume and not self._started:  # only the first call resumes; later calls continue in memory
+        self.restore_checkpoint()
+    self._started, start_step = True, self.step
+    batches = skip_batches(train_data, self._skip)  # after a restore: the batches the saved run had consumed
+    self._skip = 0
+    self._stop_reason, eval_metrics, logged = None, {}, {}
+    for hook in self.hooks:
+        hook.on_train_start(self)
+    bar = _progress_bar(cfg, self.step)
+    with _stop_on_sigterm(self), bar:
+        reason = "max_steps"
+        while self.step < cfg.max_steps:
+            micro = list(itertools.islice(batches, A))
+            if len(micro) < A:
+                reason = "data_exhausted"
+                break
+            self.apply_update(self._prepare(micro))
+            self.data_position += A
+            bar.update(1)
+            for hook in self.hooks:
+                hook.on_step_end(self, self.step)
+            last = self.step == cfg.max_steps or self._stop_reason is not None
+            if self.step % cfg.log_every_n_steps == 0 or last:
+                logged = self._flush(bar) or logged
+            if self._checkpointer is not None and (self.step % cfg.save_every_n_steps == 0):
                 self.save_checkpoint()
-        self._sync()
-        result = TrainResult(start_step, self.step, reason, logged, eval_metrics)
-        for hook in self.hooks:
-            hook.on_train_end(self, result)
-        return result
+            if eval_data is not None and cfg.eval_every_n_steps and self.step % cfg.eval_every_n_steps == 0:
+                eval_metrics = self.evaluate(eval_data)
+            if self._stop_reason is not None:
+                reason = self._stop_reason
+                break
+        logged = self._flush(bar) or logged
+        if self._checkpointer is not None and self.step > 0 and self.step not in self._checkpointer.steps():
+            self.save_checkpoint()
+    self.sync_model()
+    result = TrainResult(start_step, self.step, reason, logged, eval_metrics)
+    for hook in self.hooks:
+        hook.on_train_end(self, result)
+    return result
 
-    def evaluate(self, eval_data) -> dict:
-        """Token-weighted loss and perplexity over every batch of `eval_data` (an iterable, or a callable giving one)."""
-        data = eval_data() if callable(eval_data) else eval_data
-        sums = None
-        for i, batch in enumerate(data):
-            batch = shard_batch(self._validate(batch, f"eval batch {i}"), self.mesh, self.config.data_axes)
-            out = self._eval_step(self._carry[0], self._frozen, batch)
-            sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
-        if sums is None:
-            warnings.warn("eval data gave no batches (a spent iterator? pass a list or a callable); nothing logged")
-            return {}
-        total, weight = (float(x) for x in jax.device_get(sums))
-        loss = total / max(weight, 1e-8)
-        metrics = dict(loss=loss, perplexity=math.exp(min(loss, 80.0)), tokens=weight)
-        self.metrics.write(self.step, metrics, mode="eval")
-        for hook in self.hooks:
-            hook.on_eval_end(self, self.step, metrics)
-        return metrics
-
-    def save_checkpoint(self) -> None:
-        """Save params (LoRA only when training LoRA), optimizer state, step, data position and RNG."""
-        if self._checkpointer is None:
-            raise ValueError("no checkpoint_dir in the TrainingConfig; set one to save checkpoints")
-        self._flush(None)  # a NaN found here raises before anything bad is written
-        self._sync()
-        self._checkpointer.save(self.step, nnx.state(self._model, self.wrt), nnx.state(self._optimizer),
-                                data_position=self.data_position, rng=self._carry[1], kind=self.trainable)
-
-    def restore_checkpoint(self, step: Optional[int] = None) -> Optional[int]:
-        """Load the newest good checkpoint (or `step`) into the model and optimizer; its step, or None if none."""
-        if self._checkpointer is None:
-            return None
-        self._sync()
-        restored = self._checkpointer.restore(nnx.state(self._model, self.wrt), nnx.state(self._optimizer), step=step)
-        if restored is None:
-            return None
-        nnx.update(self._model, restored.params)
-        nnx.update(self._optimizer, restored.opt_state)
-        state = nnx.state((self._model, self._optimizer), self._donated)
-        self._carry = self._place((state, restored.rng, jnp.zeros((), bool)))
-        self.step, self.data_position = restored.step, restored.data_position
-        self._skip = restored.data_position
-        return restored.step
-
-    def close(self) -> None:
-        """Flush metrics and wait for checkpoint writes."""
-        self.metrics.close()
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-
-    # -- internals --------------------------------------------------------------------------------------
-    def _validate(self, batch, where: str) -> dict:
-        """Check one micro-batch; trainers with another batch format (DPO, distillation) override this."""
-        return validate_batch(batch, self.config.max_seq_len, where=where)
-
-    def _prepare(self, micro: list) -> dict:
-        """Validate each micro-batch, stack them to [A, B, T] when accumulating, and shard the batch dim."""
-        where = lambda i: f"batch {self.data_position + i}"
-        micro = [self._validate(b, where(i)) for i, b in enumerate(micro)]
-        first = {k: np.shape(v) for k, v in micro[0].items()}
-        if self._signature is None:
-            self._signature = first
-        if first != self._signature:
-            raise ValueError(f"{where(0)} has shapes {first}, but the first batch had {self._signature}; pad every "
-                             "batch to one shape (a new shape would recompile the train step)")
-        if len(micro) == 1:
-            return shard_batch(micro[0], self.mesh, self.config.data_axes)
-        for i, b in enumerate(micro[1:], 1):
-            if {k: np.shape(v) for k, v in b.items()} != first:
-                raise ValueError(f"{where(i)} has shapes { {k: np.shape(v) for k, v in b.items()} }, expected {first}")
-        stacked = {k: np.stack([np.asarray(b[k]) for b in micro]) for k in first}
-        return shard_batch(stacked, self.mesh, self.config.data_axes, batch_dim=1)
-
-    def _flush(self, bar) -> dict:
-        """Read pending metrics to the host (one transfer), log them, and stop on a non-finite loss."""
-        if not self._pending:
-            return {}
-        steps, values = zip(*self._pending)
-        self._pending = []
-        rows = jax.device_get(list(values))
-        for step, row in zip(steps, rows):
-            row = {k: float(v) for k, v in row.items()}
-            if not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])):
-                self._on_non_finite(step, row)
-            row["perplexity"] = math.exp(min(row["loss"], 80.0))
-            self.metrics.write(step, row)
-        for hook in self.hooks:
-            hook.on_log(self, steps[-1], row)
-        if bar is not None:
-            bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
-        return row
-
-    def _on_non_finite(self, step: int, row: dict):
-        self.step = step - 1  # the device skipped this update and every later one
-        self._sync()
-        where = "no checkpoint"
-        if self._checkpointer is not None and self._checkpointer.steps():
-            where = f"last good checkpoint: step {self._checkpointer.steps()[-1]} in {self._checkpointer.directory}"
-        raise NonFiniteLossError(f"loss is {row['loss']} (grad norm {row['grad_norm']}) at step {step}; the update "
-                                 f"was not applied and training stopped ({where})")
-
-    def _sync(self) -> None:
-        if self._stale:
-            nnx.update((self._model, self._optimizer), self._carry[0])
-            self._stale = False
-
-    def _place(self, carry):
-        """Put every carry leaf on the mesh (replicated unless already sharded there) so the step compiles once."""
-        if self.mesh is None:  # committed, like the step's outputs: an uncommitted leaf would compile it twice
-            return jax.device_put(carry, jax.devices()[0])
-        replicated = NamedSharding(self.mesh, P())
-
-        def one(x):
-            s = getattr(x, "sharding", None)
-            return x if isinstance(s, NamedSharding) and s.mesh == self.mesh else jax.device_put(x, replicated)
-
-        return jax.tree.map(one, carry)
+# %% ../../nbs/60_peft_trainer.ipynb #ad33f469
+@patch
+def evaluate(self: PeftTrainer, eval_data) -> dict:
+    """Token-weighted loss and perplexity over every batch of `eval_data` (an iterable, or a callable giving one)."""
+    data = eval_data() if callable(eval_data) else eval_data
+    sums = None
+    for i, batch in enumerate(data):
+        batch = shard_batch(self._validate(batch, f"eval batch {i}"), self.mesh, self.config.data_axes)
+        out = self._eval_step(self._carry[0], self._frozen, batch)
+        sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+    if sums is None:
+        warnings.warn("eval data gave no batches (a spent iterator? pass a list or a callable); nothing logged")
+        return {}
+    total, weight = (float(x) for x in jax.device_get(sums))
+    loss = total / max(weight, 1e-8)
+    metrics = dict(loss=loss, perplexity=math.exp(min(loss, 80.0)), tokens=weight)
+    self.metrics.write(self.step, metrics, mode="eval")
+    for hook in self.hooks:
+        hook.on_eval_end(self, self.step, metrics)
+    return metrics
