@@ -83,6 +83,11 @@ def test_resolve_cluster_names_what_is_wrong(args, env, message):
         distributed.resolve_cluster(*args, environ=env)
 
 
+def test_resolve_cluster_rejects_a_count_of_the_wrong_type():
+    with pytest.raises(TypeError, match="num_processes must be an int or a decimal string, got float 2.0"):
+        distributed.resolve_cluster("h:1", 2.0, 0, environ={})
+
+
 def test_initialize_after_jax_started_is_refused_before_joining():
     jax.devices()  # this test process has started its backend
     with pytest.raises(RuntimeError, match="before JAX starts its backend"):

@@ -7,7 +7,7 @@ __all__ = ['ENV_COORDINATOR', 'ENV_NUM_PROCESSES', 'ENV_PROCESS_ID', 'ENV_HEARTB
            'process_info', 'initialize', 'is_writer', 'barrier', 'free_port', 'process_env', 'ProcessResult',
            'LaunchError', 'failure_message', 'launch_local']
 
-# %% ../nbs/22_multihost.ipynb #4d1b6ebc
+# %% ../nbs/22_multihost.ipynb #2632db67
 # Follows JAX's multi-controller model (jax.distributed: one process per host, one coordinator, one
 # global mesh over every process's devices), as MaxText and upstream Tunix run TPU pod slices.
 # Leaves out: Pathways (one controller for many hosts), elastic membership, and choosing a subset of a
@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Mapping, Optional, Sequence
@@ -28,7 +27,7 @@ from jax.experimental import multihost_utils
 
 import tunix_lit
 
-# %% ../nbs/22_multihost.ipynb #34654525
+# %% ../nbs/22_multihost.ipynb #01eaa616
 ENV_COORDINATOR = "TUNIX_LIT_COORDINATOR"  # host:port of process 0's coordinator service
 ENV_NUM_PROCESSES = "TUNIX_LIT_NUM_PROCESSES"  # how many processes join
 ENV_PROCESS_ID = "TUNIX_LIT_PROCESS_ID"  # this process's index, 0 .. N-1
@@ -38,8 +37,10 @@ _ARGUMENT_NAMES = ("coordinator_address", "num_processes", "process_id")
 
 
 def _int_setting(value, name: str) -> int:
-    """`value` (int or decimal string) as an int, or a ValueError naming the setting."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"\s*\d+\s*", str(value)):
+    """`value` (int or decimal string) as an int; an error naming the setting otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{name} must be an int or a decimal string, got {type(value).__name__} {value!r}")
+    if not re.fullmatch(r"\s*\d+\s*", str(value)):
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     return int(value)
 
@@ -67,7 +68,7 @@ def resolve_cluster(coordinator_address=None, num_processes=None, process_id=Non
                          f"num_processes={count}")
     return address, count, index
 
-# %% ../nbs/22_multihost.ipynb #aed3dfef
+# %% ../nbs/22_multihost.ipynb #78798f5e
 @dataclasses.dataclass(frozen=True)
 class ProcessInfo:
     """One process's place in a JAX job: its index, the job's size, its devices and all devices."""
@@ -92,7 +93,7 @@ def _backend_started() -> bool:
     except (ImportError, AttributeError):
         return False  # then jax.distributed.initialize raises its own RuntimeError
 
-# %% ../nbs/22_multihost.ipynb #fd145e46
+# %% ../nbs/22_multihost.ipynb #a9221e2c
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, *, local_device_count: Optional[int] = None,
                heartbeat_timeout_s: Optional[int] = None, initialization_timeout_s: int = 300) -> ProcessInfo:
@@ -100,7 +101,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     cluster = resolve_cluster(coordinator_address, num_processes, process_id)
     if heartbeat_timeout_s is None:
         heartbeat_timeout_s = os.environ.get(ENV_HEARTBEAT) or 100  # JAX's own default
-    heartbeat_timeout_s = _int_setting(heartbeat_timeout_s, "heartbeat_timeout_s")
+    heartbeat_timeout_s = _int_setting(heartbeat_timeout_s, f"heartbeat_timeout_s (or {ENV_HEARTBEAT})")
     if local_device_count is not None and _int_setting(local_device_count, "local_device_count") < 1:
         raise ValueError(f"local_device_count must be at least 1, got {local_device_count!r}")
     if jax.distributed.is_initialized():
@@ -127,7 +128,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
                          f"coordinator_address, num_processes and process_id, or set {', '.join(_ENV_NAMES)}") from e
     return process_info()
 
-# %% ../nbs/22_multihost.ipynb #8f0193f3
+# %% ../nbs/22_multihost.ipynb #f9914e3f
 def is_writer() -> bool:
     """True in exactly one process of the job (index 0): the one that writes logs, progress and summaries."""
     return jax.process_index() == 0
@@ -138,7 +139,7 @@ def barrier(name: str) -> None:
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
 
-# %% ../nbs/22_multihost.ipynb #544ae92d
+# %% ../nbs/22_multihost.ipynb #9a4c6b2f
 _DEVICE_FLAG = re.compile(r"--xla_force_host_platform_device_count(=\S*)?")
 
 
@@ -162,7 +163,7 @@ def process_env(process_id: int, num_processes: int, coordinator: str, devices_p
                 "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})  # unbuffered: a crashing process keeps its last lines
     return env
 
-# %% ../nbs/22_multihost.ipynb #5b571857
+# %% ../nbs/22_multihost.ipynb #b036a989
 @dataclasses.dataclass(frozen=True)
 class ProcessResult:
     """How one launched process ended."""
@@ -196,7 +197,7 @@ def _last_lines(text: str, n: int = 12) -> str:
     lines = [line for line in text.splitlines() if line.strip()][-n:]
     return "\n".join("    " + line for line in lines) or "    (no output)"
 
-# %% ../nbs/22_multihost.ipynb #709d2ea3
+# %% ../nbs/22_multihost.ipynb #898654f2
 def failure_message(results: Sequence[ProcessResult], timeout_s: float) -> Optional[str]:
     """What went wrong in a launch, naming the first process that failed and its last lines; None if all succeeded."""
     failed = sorted((r for r in results if r.returncode != 0 and not r.stopped), key=lambda r: r.seconds)
@@ -216,7 +217,7 @@ def failure_message(results: Sequence[ProcessResult], timeout_s: float) -> Optio
               for r in results if r is not first]
     return head + ("\nthe others: " + "; ".join(others) if others else "")
 
-# %% ../nbs/22_multihost.ipynb #60d68927
+# %% ../nbs/22_multihost.ipynb #16dbc434
 def _stop(procs: Sequence[subprocess.Popen], wait_s: float = 3.0) -> None:
     """End every running process of `procs` with its process group: SIGTERM, then SIGKILL after `wait_s`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -251,7 +252,7 @@ def _watch(procs: Sequence[subprocess.Popen], timeout_s: float, grace_s: float) 
         time.sleep(0.05)
     return [ended[i] for i in range(len(procs))], stopped
 
-# %% ../nbs/22_multihost.ipynb #db4a4ccb
+# %% ../nbs/22_multihost.ipynb #ef3aa919
 def launch_local(argv: Sequence[str], num_processes: int, *, devices_per_process: int, timeout_s: float,
                  env: Optional[Mapping[str, str]] = None, grace_s: float = 5.0, check: bool = True,
                  cwd: Optional[str] = None) -> list:
