@@ -1,4 +1,6 @@
 """RLCluster: placement, sharing, rollouts as arrays, log-probs vs an independent full forward, weight sync."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,7 @@ from flax import nnx
 
 from tunix_lit.data import arith
 from tunix_lit.models import tiny
-from tunix_lit.rl.cluster import RLCluster, Role, RolloutConfig
+from tunix_lit.rl.cluster import RLCluster, Role, Rollout, RolloutConfig
 from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
 from tunix_lit.rl.learner import RLTrainingConfig
 from tunix_lit.rollout.engines import SyncReport
@@ -198,3 +200,19 @@ def test_apart_sync_moves_the_bytes_explain_states():
 def test_an_unknown_engine_fails_before_the_cluster_exists():
     with pytest.raises(ValueError, match="choose one of: vanilla, hf, vllm, sglang_jax"):
         RolloutConfig(engine="vlm")
+
+
+def test_logps_on_a_sharded_mesh_match_numpy_whether_rows_split_or_not():
+    """Rows split over fsdp (4 rows, micro-batches of 2) or replicated (3 rows): the same NumPy log-probs."""
+    mesh_a, _ = meshes()
+    model, tok = tiny.load(mesh_a)
+    cluster = RLCluster(model, tok, reference="actor", rollout_config=ROLL, meshes=mesh_a)
+    plain, _ = tiny.load()  # the same weights on one device: the reference forward runs unsharded
+    ro = cluster.generate(["12+34=", "7+8=", "99+1=", "50+5="], seed=4)
+    np.testing.assert_allclose(np.asarray(cluster.reference_logps(ro, micro_batch_size=2)),
+                               numpy_logps(plain, ro, ROLL.temperature), atol=1e-4)
+    three = Rollout(*(getattr(ro, f.name)[:3] for f in dataclasses.fields(Rollout)))  # fsdp=2 does not divide 3 rows
+    np.testing.assert_allclose(np.asarray(cluster.actor_logps(three)), numpy_logps(plain, three, ROLL.temperature),
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="does not divide"):
+        cluster.actor_logps(three, micro_batch_size=2)
