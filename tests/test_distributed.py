@@ -172,12 +172,13 @@ def test_exactly_one_process_writes_the_log_and_all_read_it(reports):
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker_dies", "coordinator_dies"])
 def test_a_killed_process_makes_the_other_exit_with_an_error(victim, tmp_path):
+    """The heartbeat timeout comes from TUNIX_LIT_HEARTBEAT_TIMEOUT_S; the worker's local_device_count=4 beats the launcher's 2."""
     heartbeat = 5
     results = distributed.launch_local([sys.executable, WORKER, "kill", str(tmp_path), str(victim)], 2,
-                                       devices_per_process=4, timeout_s=120, grace_s=120, check=False,
+                                       devices_per_process=2, timeout_s=120, grace_s=120, check=False,
                                        env={distributed.ENV_HEARTBEAT: str(heartbeat)})
     dead, survivor = results[victim], results[1 - victim]
-    assert dead.returncode == -9 and "first sum 64.0" in dead.output
+    assert dead.returncode == -9 and "4 / 8 devices, first sum 64.0" in dead.output
     assert not survivor.stopped, "the survivor hung until the launcher stopped it"
     assert survivor.returncode != 0
     assert survivor.seconds - dead.seconds < 6 * heartbeat + 10, (dead.seconds, survivor.seconds)

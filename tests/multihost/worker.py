@@ -17,7 +17,9 @@ from pathlib import Path
 from tunix_lit import distributed
 
 SCENARIO, OUT = sys.argv[1], Path(sys.argv[2])
-INFO = distributed.initialize()  # from the TUNIX_LIT_* variables the launcher set; before anything starts JAX
+# from the TUNIX_LIT_* variables the launcher set, before anything starts JAX; the kill scenario also asks for its
+# own device count (4), which must win over the launcher's XLA_FLAGS
+INFO = distributed.initialize(local_device_count=4 if SCENARIO == "kill" else None)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -131,7 +133,8 @@ def kill(victim: int) -> None:
     mesh = tfm.make_mesh(fsdp=8)
     x = tfm.put_batch(np.ones((ROWS, 4), np.float32), mesh)
     total = jax.jit(jnp.sum)
-    print(f"process {INFO.process_index}: first sum {float(tfm.to_host(total(x)))}", flush=True)
+    print(f"process {INFO.process_index}: {INFO.local_devices} / {INFO.global_devices} devices, "
+          f"first sum {float(tfm.to_host(total(x)))}", flush=True)
     if INFO.process_index == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
