@@ -243,5 +243,6 @@ def test_process_env_replaces_the_parent_device_count_and_keeps_the_package_impo
     env = distributed.process_env(1, 2, "127.0.0.1:9", 4, base={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
                                                                  "PYTHONPATH": "/elsewhere"})
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
-    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    package_root = str(Path(distributed.__file__).resolve().parents[1])  # the checkout, or site-packages when installed
+    assert env["PYTHONPATH"].split(os.pathsep) == [package_root, "/elsewhere"]
     assert (env[distributed.ENV_PROCESS_ID], env[distributed.ENV_NUM_PROCESSES], env["JAX_PLATFORMS"]) == ("1", "2", "cpu")
