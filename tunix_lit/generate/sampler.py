@@ -7,7 +7,7 @@ __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
            'SamplerOutput', 'Sampler']
 
-# %% ../../nbs/14_sampler.ipynb #cedca7ba
+# %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
 # tokens; the KV cache lives in the decode loop's carry, which is donated so XLA updates it in place.
 # Follows the shape of upstream Tunix's vanilla sampler (tunix/generate/sampler.py). Leaves out beam
@@ -23,14 +23,14 @@ from typing import Any, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from fastcore.basics import patch
 from flax import nnx
 from flax import struct
-from jax.sharding import NamedSharding
 
 from ..models import transformer as tfm
 from ..models.tokenizer import Tokenizer
 
-# %% ../../nbs/14_sampler.ipynb #560b8d8b
+# %% ../../nbs/14_sampler.ipynb #d201547c
 def next_power_of_2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
@@ -44,14 +44,14 @@ def left_pad(prompts: Sequence[Sequence[int]], length: int, pad_id: int) -> np.n
             row[length - len(ids):] = ids
     return out
 
-# %% ../../nbs/14_sampler.ipynb #b8f1ea11
+# %% ../../nbs/14_sampler.ipynb #8dca90a3
 def greedy_argmax(logits: jax.Array) -> jax.Array:
     """First index of each row's maximum of logits [B, V]: int32 [B]."""
     ids = jnp.arange(logits.shape[-1], dtype=jnp.int32)
     top = jnp.max(logits, axis=-1, keepdims=True)
     return jnp.min(jnp.where(logits == top, ids, logits.shape[-1]), axis=-1)
 
-
+# %% ../../nbs/14_sampler.ipynb #32c5a4cd
 def _invert_cdf(p: jax.Array, u: jax.Array) -> jax.Array:
     """First index whose cumulative mass of p [..., n] exceeds u·total (u [..., 1] in [0, 1)), never a zero-mass tail index."""
     cdf = jnp.cumsum(p, axis=-1)
@@ -83,7 +83,7 @@ def categorical_by_cdf(key: jax.Array, logits: jax.Array, block: int = 128) -> j
     j = _invert_cdf(inside, jnp.clip(frac, 0.0, 1.0)[..., None])
     return (b * block + j).astype(jnp.int32)
 
-
+# %% ../../nbs/14_sampler.ipynb #22805b1d
 def sample_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_p: jax.Array, *,
                   top_k: Optional[int], use_top_p: bool) -> jax.Array:
     """One id per row drawn from float32 logits [B, V] after temperature, top-k and top-p: int32 [B]."""
@@ -99,13 +99,13 @@ def sample_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array, top
     pick = categorical_by_cdf(key, vals)
     return jnp.take_along_axis(ids, pick[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
-
+# %% ../../nbs/14_sampler.ipynb #d369c808
 def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     """log softmax(logits)[b, tokens[b]] for float32 logits [B, V] and int tokens [B]: float32 [B]."""
     picked = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
-# %% ../../nbs/14_sampler.ipynb #c31d909c
+# %% ../../nbs/14_sampler.ipynb #37e715d3
 @dataclasses.dataclass(frozen=True)
 class SamplingMode:
     """The static part of a sampling request; each distinct value compiles its own code."""
@@ -136,7 +136,7 @@ def resolve_sampling(temperature, top_k, top_p) -> tuple[SamplingMode, float]:
     top_k = None if top_k is None else int(top_k)
     return SamplingMode(False, top_k, top_p is not None and top_p < 1), float(temperature)
 
-
+# %% ../../nbs/14_sampler.ipynb #9c2127f7
 def pick_tokens(logits, key, temperature, top_p, mode: SamplingMode):
     """Next ids int32 [B] from float32 logits [B, V], and their log-probs under softmax(logits / T), float32 [B]."""
     if mode.greedy:
@@ -145,7 +145,7 @@ def pick_tokens(logits, key, temperature, top_p, mode: SamplingMode):
         tokens = sample_logits(logits, key, temperature, top_p, top_k=mode.top_k, use_top_p=mode.use_top_p)
     return tokens, token_logprobs(logits / temperature, tokens)  # greedy runs at temperature 1
 
-# %% ../../nbs/14_sampler.ipynb #d95a7b66
+# %% ../../nbs/14_sampler.ipynb #891007ab
 @struct.dataclass
 class DecodeState:
     """The decode loop's carry: buffers, KV cache and where the loop stands."""
@@ -158,7 +158,7 @@ class DecodeState:
     mask: jax.Array  # bool [B, 1, L]: key slots the next query may see (one more each step)
     cache: tfm.KVCache  # k, v [B, K, L, H] per layer
 
-# %% ../../nbs/14_sampler.ipynb #7ace5f17
+# %% ../../nbs/14_sampler.ipynb #5b0de74c
 def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad_id, *,
             buffer_len: int, mode: SamplingMode, cache_dtype) -> DecodeState:
     """Run the prompt int32 [B, P] through the model, sample slot P, and return the decode carry."""
@@ -178,7 +178,7 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
     mask = (real & (slots < P)[None, :])[:, None, :]
     return DecodeState(jnp.int32(P), tokens, logprobs, jnp.isin(token, stop_ids), pad.astype(jnp.int32), mask, cache)
 
-
+# %% ../../nbs/14_sampler.ipynb #a02c8b03
 def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, stop_ids, pad_id, *,
            mode: SamplingMode) -> DecodeState:
     """Generate into slots step+1..limit (int32 []) in one `lax.while_loop`, stopping early when every row is done."""
@@ -205,7 +205,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
 
     return jax.lax.while_loop(unfinished, one_token, carry)
 
-# %% ../../nbs/14_sampler.ipynb #a803894a
+# %% ../../nbs/14_sampler.ipynb #5c07eeba
 @dataclasses.dataclass(frozen=True)
 class SamplerOutput:
     """One sampler call, row by row: completion text, token ids and their log-probs."""
@@ -216,19 +216,12 @@ class SamplerOutput:
     finished: np.ndarray  # bool [B]: the row emitted a stop token (else it used up max_new_tokens)
     prompt_tokens: list  # int32 [P_b] per row: the prompt ids the model saw
 
-# %% ../../nbs/14_sampler.ipynb #137e9bad
+# %% ../../nbs/14_sampler.ipynb #c0060b44
 _STOP_SLOTS = 8  # stop-id lists are padded to a multiple of this, so their length rarely recompiles
 
 
-def _mesh_of(state) -> Optional[jax.sharding.Mesh]:
-    for leaf in jax.tree.leaves(state):
-        sharding = getattr(leaf, "sharding", None)
-        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
-            return sharding.mesh
-    return None
-
-
 def _as_tokenizer(tokenizer):
+    """Chapter 11's adapter around `tokenizer`, or the object itself when it already has the adapter's surface."""
     try:
         return Tokenizer.wrap(tokenizer)
     except TypeError:  # any object with the adapter's surface will do (e.g. a test's integer tokenizer)
@@ -239,16 +232,6 @@ def _as_tokenizer(tokenizer):
         return tokenizer
 
 
-def _rows_of(prompt_ids, prompt_mask=None) -> list[np.ndarray]:
-    """Ragged int32 rows from a list of id sequences, or from a [B, T] array and its bool mask of real ids."""
-    if prompt_mask is not None:
-        ids, mask = np.asarray(prompt_ids), np.asarray(prompt_mask, bool)
-        if ids.shape != mask.shape or ids.ndim != 2:
-            raise ValueError(f"prompt_ids and prompt_mask must both be [B, T]; got {ids.shape} and {mask.shape}")
-        return [row[m].astype(np.int32) for row, m in zip(ids, mask)]
-    return [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
-
-# %% ../../nbs/14_sampler.ipynb #da037172
 class Sampler:
     """Batched generation for a `Transformer`: a jitted prefill and a jitted while-loop decode over a fixed buffer."""
 
@@ -262,7 +245,7 @@ class Sampler:
         self.cache_dtype = jnp.dtype(cache_dtype or self.config.dtype)
         self.traces = collections.Counter()  # times each compiled function was traced (= compiled)
         self._key = jax.random.key(seed)
-        self.state = state
+        self.state = state  # through the checked setter below
         self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode"))
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
         # XLA update the cache in place instead of holding two copies of it.
@@ -276,106 +259,130 @@ class Sampler:
         self.traces["decode"] += 1
         return decode(self.graphdef, state, carry, *args, mode=mode)
 
-    @property
-    def state(self) -> nnx.State:
-        """The model's variables as the compiled functions receive them."""
-        return self._state
+# %% ../../nbs/14_sampler.ipynb #575c9489
+@patch(as_prop=True)
+def state(self: Sampler) -> nnx.State:
+    """The model's variables as the compiled functions receive them."""
+    return self._state
 
-    @state.setter
-    def state(self, new: Union[nnx.State, nnx.Module]):
-        """Swap in new weights (same structure, shapes and dtypes): no recompilation."""
-        if isinstance(new, nnx.Module):
-            new = nnx.state(new)
-        if hasattr(self, "_state"):
-            old_leaves, old_tree = jax.tree.flatten(self._state)
-            new_leaves, new_tree = jax.tree.flatten(new)
-            if old_tree != new_tree:
-                raise ValueError("new state must have the same structure as the sampler's model; "
-                                 f"got {new_tree.num_leaves} leaves, expected {old_tree.num_leaves}")
-            for path, a, b in zip(jax.tree_util.tree_flatten_with_path(new)[0], old_leaves, new_leaves):
-                if (a.shape, a.dtype) != (b.shape, b.dtype):
-                    raise ValueError(f"new state {jax.tree_util.keystr(path[0])}: expected {a.shape} {a.dtype}, "
-                                     f"got {b.shape} {b.dtype}")
-        self._state = new
-        self._mesh = _mesh_of(new)
 
-    @property
-    def model(self) -> tfm.Transformer:
-        """The model with the sampler's current weights."""
-        return nnx.merge(self.graphdef, self._state)
+@patch(set_prop=True)
+def state(self: Sampler, new: Union[nnx.State, nnx.Module]):
+    """Swap in new weights (same structure, shapes and dtypes): no recompilation."""
+    if isinstance(new, nnx.Module):
+        new = nnx.state(new)
+    if hasattr(self, "_state"):
+        old_leaves, old_tree = jax.tree.flatten(self._state)
+        new_leaves, new_tree = jax.tree.flatten(new)
+        if old_tree != new_tree:
+            raise ValueError("new state must have the same structure as the sampler's model; "
+                             f"got {new_tree.num_leaves} leaves, expected {old_tree.num_leaves}")
+        for path, a, b in zip(jax.tree_util.tree_flatten_with_path(new)[0], old_leaves, new_leaves):
+            if (a.shape, a.dtype) != (b.shape, b.dtype):
+                raise ValueError(f"new state {jax.tree_util.keystr(path[0])}: expected {a.shape} {a.dtype}, "
+                                 f"got {b.shape} {b.dtype}")
+    self._state = new
+    self._mesh = tfm.mesh_of(new)
 
-    def __call__(self, prompts: Union[str, Sequence[str]], max_new_tokens: int = 32, **kwargs) -> SamplerOutput:
-        """Complete each prompt string; keyword arguments as in `generate`."""
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        if len(prompts) == 0:
-            raise ValueError("prompts is empty; give at least one prompt string")
-        return self.generate([self.tokenizer.encode(p) for p in prompts], max_new_tokens, **kwargs)
 
-    def generate(self, prompt_ids, max_new_tokens: int = 32, *, prompt_mask=None, temperature: Optional[float] = None,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None, seed=None,
-                 stop_tokens: Optional[Sequence[int]] = None, echo: bool = False,
-                 max_prompt_length: Optional[int] = None) -> SamplerOutput:
-        """Complete token-id prompts (ragged lists, or a [B, T] array with a bool `prompt_mask`)."""
-        check_sampling_args(max_new_tokens, temperature, top_k, top_p)
-        rows = _rows_of(prompt_ids, prompt_mask)
-        P, G = self._buckets(rows, max_new_tokens, max_prompt_length)
-        mode, temperature = resolve_sampling(temperature, top_k, top_p)
-        tok = self.tokenizer
-        stops = list(stop_tokens) if stop_tokens is not None else list(getattr(tok, "eos_ids", None) or [tok.eos_id])
-        stop_ids = np.full(_STOP_SLOTS * max(1, math.ceil(len(stops) / _STOP_SLOTS)), -1, np.int32)
-        stop_ids[:len(stops)] = stops
-        pad = np.array([P - r.size for r in rows], np.int32)
-        key = self._next_key(seed)
-        args = (np.float32(temperature), np.float32(top_p or 1.0), stop_ids, np.int32(tok.pad_id))
-        with jax.set_mesh(self._mesh) if self._mesh is not None else contextlib.nullcontext():
-            carry = self._prefill(self._state, left_pad(rows, P, tok.pad_id), pad, key, *args, buffer_len=P + G,
-                                  mode=mode)
-            carry = self._decode(self._state, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
-        tokens, logprobs = jax.device_get((carry.tokens, carry.logprobs))  # the one transfer per call
-        return self._collect(rows, tokens[:, P:P + max_new_tokens], logprobs[:, P:P + max_new_tokens], stops, echo)
+@patch(as_prop=True)
+def model(self: Sampler) -> tfm.Transformer:
+    """The model with the sampler's current weights."""
+    return nnx.merge(self.graphdef, self._state)
 
-    def _buckets(self, rows, max_new_tokens, max_prompt_length) -> tuple[int, int]:
-        """(P, G): prompt slots and generation slots of the buffer, after checking everything fits."""
-        if not rows:
-            raise ValueError("prompt_ids is empty; give at least one prompt")
-        empty = [i for i, r in enumerate(rows) if r.size == 0]
-        if empty:
-            raise ValueError(f"prompt {empty[0]} has no tokens; every row needs at least one id to condition on")
-        longest = max(r.size for r in rows)
-        room = self.max_len - max_new_tokens  # prompt slots left once the new tokens are reserved
-        if longest > room or (max_prompt_length or 0) > room:
-            n = max(longest, max_prompt_length or 0)
-            raise ValueError(f"a prompt of {n} tokens does not fit the buffer: max_len={self.max_len} with "
-                             f"max_new_tokens={max_new_tokens} leaves {max(room, 0)} prompt slots; shorten the "
-                             "prompt, lower max_new_tokens or build the Sampler with a larger max_len")
-        if max_prompt_length is not None:
-            if longest > max_prompt_length:
-                raise ValueError(f"a prompt of {longest} tokens is longer than max_prompt_length={max_prompt_length}")
-            P = int(max_prompt_length)
-        else:
-            P = min(max(next_power_of_2(longest), self.min_prompt_bucket), room)
-        return P, min(next_power_of_2(max_new_tokens), self.max_len - P)
+# %% ../../nbs/14_sampler.ipynb #469cb339
+def _rows_of(prompt_ids, prompt_mask=None) -> list[np.ndarray]:
+    """Ragged int32 rows from a list of id sequences, or from a [B, T] array and its bool mask of real ids."""
+    if prompt_mask is not None:
+        ids, mask = np.asarray(prompt_ids), np.asarray(prompt_mask, bool)
+        if ids.shape != mask.shape or ids.ndim != 2:
+            raise ValueError(f"prompt_ids and prompt_mask must both be [B, T]; got {ids.shape} and {mask.shape}")
+        return [row[m].astype(np.int32) for row, m in zip(ids, mask)]
+    return [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
 
-    def _next_key(self, seed):
-        if seed is None:
-            self._key, key = jax.random.split(self._key)
-            return key
-        if isinstance(seed, (int, np.integer)):
-            return jax.random.key(int(seed))
-        return seed  # already a key
 
-    def _collect(self, rows, generated, logprobs, stops, echo) -> SamplerOutput:
-        """Cut each row of generated int32 [B, G] / logprobs [B, G] after its first stop token."""
-        is_stop = np.isin(generated, np.asarray(stops, np.int32))
-        finished = is_stop.any(axis=1)
-        ends = np.where(finished, is_stop.argmax(axis=1) + 1, generated.shape[1])
-        tokens = [generated[b, :n] for b, n in enumerate(ends)]
-        lps = [logprobs[b, :n] for b, n in enumerate(ends)]
-        body = [t[:-1] if f else t for t, f in zip(tokens, finished)]  # text leaves the stop token out
-        if echo:
-            body = [np.concatenate([r, t]) for r, t in zip(rows, body)]
-            tokens = [np.concatenate([r, t]) for r, t in zip(rows, tokens)]
-            lps = [np.concatenate([np.full(r.size, np.nan, np.float32), lp]) for r, lp in zip(rows, lps)]
-        text = [self.tokenizer.decode(t) for t in body]
-        return SamplerOutput(text, tokens, lps, finished, rows)
+@patch
+def _buckets(self: Sampler, rows, max_new_tokens, max_prompt_length) -> tuple[int, int]:
+    """(P, G): prompt slots and generation slots of the buffer, after checking everything fits."""
+    if not rows:
+        raise ValueError("prompt_ids is empty; give at least one prompt")
+    empty = [i for i, r in enumerate(rows) if r.size == 0]
+    if empty:
+        raise ValueError(f"prompt {empty[0]} has no tokens; every row needs at least one id to condition on")
+    longest = max(r.size for r in rows)
+    room = self.max_len - max_new_tokens  # prompt slots left once the new tokens are reserved
+    if longest > room or (max_prompt_length or 0) > room:
+        n = max(longest, max_prompt_length or 0)
+        raise ValueError(f"a prompt of {n} tokens does not fit the buffer: max_len={self.max_len} with "
+                         f"max_new_tokens={max_new_tokens} leaves {max(room, 0)} prompt slots; shorten the "
+                         "prompt, lower max_new_tokens or build the Sampler with a larger max_len")
+    if max_prompt_length is not None:
+        if longest > max_prompt_length:
+            raise ValueError(f"a prompt of {longest} tokens is longer than max_prompt_length={max_prompt_length}")
+        P = int(max_prompt_length)
+    else:
+        P = min(max(next_power_of_2(longest), self.min_prompt_bucket), room)
+    return P, min(next_power_of_2(max_new_tokens), self.max_len - P)
+
+# %% ../../nbs/14_sampler.ipynb #8ac75564
+@patch
+def _next_key(self: Sampler, seed):
+    """The call's key: the next one from the sampler's stream (seed None), `key(seed)` for an int, or the key given."""
+    if seed is None:
+        self._key, key = jax.random.split(self._key)
+        return key
+    if isinstance(seed, (int, np.integer)):
+        return jax.random.key(int(seed))
+    return seed  # already a key
+
+# %% ../../nbs/14_sampler.ipynb #b04c731a
+@patch
+def _collect(self: Sampler, rows, generated, logprobs, stops, echo) -> SamplerOutput:
+    """Cut each row of generated int32 [B, G] / logprobs [B, G] after its first stop token."""
+    is_stop = np.isin(generated, np.asarray(stops, np.int32))
+    finished = is_stop.any(axis=1)
+    ends = np.where(finished, is_stop.argmax(axis=1) + 1, generated.shape[1])
+    tokens = [generated[b, :n] for b, n in enumerate(ends)]
+    lps = [logprobs[b, :n] for b, n in enumerate(ends)]
+    body = [t[:-1] if f else t for t, f in zip(tokens, finished)]  # text leaves the stop token out
+    if echo:
+        body = [np.concatenate([r, t]) for r, t in zip(rows, body)]
+        tokens = [np.concatenate([r, t]) for r, t in zip(rows, tokens)]
+        lps = [np.concatenate([np.full(r.size, np.nan, np.float32), lp]) for r, lp in zip(rows, lps)]
+    text = [self.tokenizer.decode(t) for t in body]
+    return SamplerOutput(text, tokens, lps, finished, rows)
+
+# %% ../../nbs/14_sampler.ipynb #a217e9aa
+@patch
+def generate(self: Sampler, prompt_ids, max_new_tokens: int = 32, *, prompt_mask=None,
+             temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+             seed=None, stop_tokens: Optional[Sequence[int]] = None, echo: bool = False,
+             max_prompt_length: Optional[int] = None) -> SamplerOutput:
+    """Complete token-id prompts (ragged lists, or a [B, T] array with a bool `prompt_mask`)."""
+    check_sampling_args(max_new_tokens, temperature, top_k, top_p)
+    rows = _rows_of(prompt_ids, prompt_mask)
+    P, G = self._buckets(rows, max_new_tokens, max_prompt_length)
+    mode, temperature = resolve_sampling(temperature, top_k, top_p)
+    tok = self.tokenizer
+    stops = list(stop_tokens) if stop_tokens is not None else list(getattr(tok, "eos_ids", None) or [tok.eos_id])
+    stop_ids = np.full(_STOP_SLOTS * max(1, math.ceil(len(stops) / _STOP_SLOTS)), -1, np.int32)
+    stop_ids[:len(stops)] = stops
+    pad = np.array([P - r.size for r in rows], np.int32)
+    key = self._next_key(seed)
+    args = (np.float32(temperature), np.float32(top_p or 1.0), stop_ids, np.int32(tok.pad_id))
+    with jax.set_mesh(self._mesh) if self._mesh is not None else contextlib.nullcontext():
+        carry = self._prefill(self._state, left_pad(rows, P, tok.pad_id), pad, key, *args, buffer_len=P + G,
+                              mode=mode)
+        carry = self._decode(self._state, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
+    tokens, logprobs = jax.device_get((carry.tokens, carry.logprobs))  # the one transfer per call
+    return self._collect(rows, tokens[:, P:P + max_new_tokens], logprobs[:, P:P + max_new_tokens], stops, echo)
+
+
+@patch
+def __call__(self: Sampler, prompts: Union[str, Sequence[str]], max_new_tokens: int = 32, **kwargs) -> SamplerOutput:
+    """Complete each prompt string; keyword arguments as in `generate`."""
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty; give at least one prompt string")
+    return self.generate([self.tokenizer.encode(p) for p in prompts], max_new_tokens, **kwargs)
