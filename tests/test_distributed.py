@@ -141,6 +141,17 @@ def test_a_metric_spread_over_processes_is_gathered_whole_on_every_process(repor
             np.testing.assert_allclose(report[layout]["metric_gathered"], expected, rtol=1e-6)
 
 
+def test_state_replicated_on_every_device_across_processes_keys_included(reports):
+    reports, _ = reports
+    key_data = np.asarray(jax.random.key_data(jax.random.key(11))).tolist()
+    draw = np.asarray(jax.random.uniform(jax.random.key(11), (4,)))  # what one process draws from that key
+    for report in reports:
+        rep = report["replicated"]
+        assert rep["device_put_directly"] != "no error"  # a local key cannot be sent to the other host's devices
+        assert rep["key_devices"] == 8 and rep["key_data"] == key_data and rep["step"] == 7
+        np.testing.assert_allclose(rep["draw"], draw, rtol=1e-6)
+
+
 # --- checkpoints and logs ---------------------------------------------------------------------------------------
 
 def test_both_processes_save_and_restore_one_sharded_orbax_checkpoint(reports):

@@ -68,3 +68,13 @@ def test_put_batch_puts_each_devices_rows_where_numpy_says(mesh):
     stacked = tf.put_batch(np.zeros((3, 4, 5)), mesh, batch_dim=1)  # [accumulation, rows, ...]
     assert stacked.sharding.spec == P(None, "fsdp")
     assert tf.put_batch({"x": np.ones(2)}, None)["x"].sharding.is_fully_replicated
+
+
+def test_put_replicated_puts_the_whole_value_on_every_device_keys_included(mesh):
+    rep = tf.put_replicated({"key": jax.random.key(5), "x": np.arange(6.0).reshape(2, 3)}, mesh)
+    for leaf in (rep["key"], rep["x"]):
+        assert leaf.sharding.is_fully_replicated and len(leaf.sharding.device_set) == 8
+    assert np.array_equal(jax.random.key_data(rep["key"]), jax.random.key_data(jax.random.key(5)))
+    for shard in rep["x"].addressable_shards:
+        assert np.array_equal(np.asarray(shard.data), np.arange(6.0).reshape(2, 3))
+    assert tf.put_replicated({"x": np.ones(2)}, None)["x"].shape == (2,)

@@ -106,6 +106,25 @@ def check_checkpoint(report: dict) -> None:
     }
 
 
+def check_replicated(report: dict) -> None:
+    """A PRNG key and a step count put whole on every device with put_replicated (plain device_put refuses this)."""
+    mesh = meshes()["fsdp4_tp2"]
+    try:
+        jax.device_put(jax.random.key(0), NamedSharding(mesh, P()))
+        direct = "no error"
+    except Exception as e:  # what put_replicated avoids
+        direct = type(e).__name__
+    rep = tfm.put_replicated({"key": jax.random.key(11), "step": np.int32(7)}, mesh)
+    draw = jax.jit(lambda k: jax.random.uniform(k, (4,)))(rep["key"])  # a jitted use of the global key
+    report["replicated"] = {
+        "device_put_directly": direct,
+        "key_devices": len(rep["key"].sharding.device_set),
+        "key_data": tfm.to_host(jax.random.key_data(rep["key"])).tolist(),
+        "draw": tfm.to_host(draw).tolist(),
+        "step": int(tfm.to_host(rep["step"])),
+    }
+
+
 def check_writer(report: dict) -> None:
     """Only the writer writes the log; after a barrier every process reads what it wrote."""
     log = OUT / "train.log"
@@ -124,6 +143,7 @@ def checks() -> None:
         report["rejoin_error"] = str(e)
     check_data(report)
     check_checkpoint(report)
+    check_replicated(report)
     check_writer(report)
     (OUT / f"report_{INFO.process_index}.json").write_text(json.dumps(report))
 

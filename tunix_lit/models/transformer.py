@@ -6,7 +6,7 @@
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
            'Attention', 'MLP', 'Block', 'Transformer', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of',
-           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host']
+           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -540,6 +540,24 @@ def to_host(tree):
             from jax.experimental import multihost_utils  # only multi-process runs need it
             return np.asarray(multihost_utils.process_allgather(x, tiled=True))
         return np.asarray(x)
+
+    return jax.tree.map(one, tree)
+
+
+# %% ../../nbs/10_model.ipynb #13883128
+def put_replicated(tree, mesh: Optional[jax.sharding.Mesh]):
+    """`tree` whole on every device of `mesh` (typed PRNG keys too), with one JAX process or several; default device if no mesh."""
+    if mesh is None:
+        return jax.device_put(tree)
+    sharding = NamedSharding(mesh, P())
+
+    def one(x):
+        if jax.process_count() == 1 or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+            return jax.device_put(x, sharding)  # one process, or already global: JAX moves it
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(one(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
     return jax.tree.map(one, tree)
 
