@@ -6,7 +6,7 @@
 __all__ = ['ENGINES', 'EngineOutput', 'SyncReport', 'EngineUnavailable', 'RolloutEngine', 'register_engine', 'resolve_engine',
            'check_engine', 'make_engine', 'VanillaEngine']
 
-# %% ../../nbs/40_rollout_backends.ipynb #e402e609
+# %% ../../nbs/40_rollout_backends.ipynb #ae281fbd
 # Follows upstream Tunix's BaseRollout (generate, pad/eos ids, update_params) and its engine choice by
 # name in RLCluster. Differs on purpose: every engine returns per-token log-probs of the distribution it
 # sampled from (or says it cannot), a sync reports what it moved, engines are found through a registry
@@ -20,13 +20,14 @@ from typing import Any, Optional, Sequence, Union
 
 import jax
 import numpy as np
+from fastcore.basics import patch
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from ..generate.sampler import Sampler
 from ..models import transformer as tfm
 
-# %% ../../nbs/40_rollout_backends.ipynb #ac0ee212
+# %% ../../nbs/40_rollout_backends.ipynb #ef13bf81
 @dataclasses.dataclass
 class EngineOutput:
     """What one generate call returns, row by row."""
@@ -50,7 +51,7 @@ class SyncReport:
 class EngineUnavailable(ImportError):
     """An engine whose package is not installed; the message names the package and the pip command."""
 
-# %% ../../nbs/40_rollout_backends.ipynb #22a4c6e9
+# %% ../../nbs/40_rollout_backends.ipynb #68458351
 @typing.runtime_checkable
 class RolloutEngine(typing.Protocol):
     """What the cluster needs from anything that generates: completions, ids, dtype, and weight sync."""
@@ -79,7 +80,7 @@ class RolloutEngine(typing.Protocol):
         """One line: where it runs, its dtype, its sync path."""
         ...
 
-# %% ../../nbs/40_rollout_backends.ipynb #4ca39134
+# %% ../../nbs/40_rollout_backends.ipynb #7ed5a21c
 ENGINES: dict = {
     "vanilla": "tunix_lit.rollout.engines:VanillaEngine",
     "hf": "tunix_lit.rollout.sync:HfEngine",
@@ -125,7 +126,7 @@ def check_engine(engine) -> Any:
     cls.check_available()
     return cls
 
-# %% ../../nbs/40_rollout_backends.ipynb #454579ac
+# %% ../../nbs/40_rollout_backends.ipynb #5b5afe4e
 def make_engine(engine, actor: nnx.Module, tokenizer, **build_kwargs):
     """A ready engine: built by name (`build_kwargs` go to its `build`), or a user's object after a first sync."""
     found = check_engine(engine)
@@ -134,28 +135,17 @@ def make_engine(engine, actor: nnx.Module, tokenizer, **build_kwargs):
     found.sync_weights(actor)
     return found
 
-# %% ../../nbs/40_rollout_backends.ipynb #6ab38d41
-def _mesh_of(module) -> Optional[Mesh]:
-    for leaf in jax.tree.leaves(nnx.state(module)):
-        sharding = getattr(leaf, "sharding", None)
-        if isinstance(sharding, NamedSharding):
-            return sharding.mesh
-    return None
-
-
+# %% ../../nbs/40_rollout_backends.ipynb #985c85b7
 def _trainable(module) -> type:
     """nnx.LoRAParam when the module carries LoRA adapters, else nnx.Param: what training changes."""
     return nnx.LoRAParam if jax.tree.leaves(nnx.state(module, nnx.LoRAParam)) else nnx.Param
 
 
-def _nbytes(tree) -> int:
-    return sum(x.nbytes for x in jax.tree.leaves(tree))
-
-
 def _place(state, mesh: Optional[Mesh]):
+    """`state` put where chapter 10's rules shard it on `mesh`, or on the first device without one."""
     return jax.device_put(state, tfm.state_shardings(state, mesh) if mesh is not None else jax.devices()[0])
 
-# %% ../../nbs/40_rollout_backends.ipynb #9d14b836
+# %% ../../nbs/40_rollout_backends.ipynb #99fa82f1
 class VanillaEngine:
     """Our `Sampler` as a rollout engine: colocated (shares the actor's arrays) or apart (its own copy on a mesh)."""
 
@@ -174,72 +164,84 @@ class VanillaEngine:
     def check_available() -> None:
         """Always available: it is part of the package."""
 
-    @classmethod
-    def build(cls, actor: nnx.Module, tokenizer, *, max_prompt_length: int, max_new_tokens: int,
-              mesh: Optional[Mesh] = None, dtype=None, seed: int = 0, **options) -> "VanillaEngine":
-        """A sampler over the actor's weights: colocated when `mesh` is None or the actor's own, else a copy."""
-        if options:
-            raise TypeError(f"the vanilla engine takes no options, got {sorted(options)}")
-        actor_dtype = np.dtype(jax.tree.leaves(nnx.state(actor, nnx.Param))[0].dtype)
-        if dtype is not None and np.dtype(dtype) != actor_dtype:
-            raise ValueError(f"the vanilla engine runs in the actor's dtype ({actor_dtype}), got dtype={dtype!r}; "
-                             "the hf engine can run a bf16 rollout of an f32 actor")
-        colocated = mesh is None or mesh == _mesh_of(actor)
-        graphdef, state = nnx.split(actor)
-        state = jax.tree.map(lambda x: x, state) if colocated else _place(state, mesh)  # first load: everything
-        sampler = Sampler(nnx.merge(graphdef, state), tokenizer, max_len=max_prompt_length + max_new_tokens,
-                          seed=seed)
-        return cls(sampler, max_prompt_length=max_prompt_length, mesh=mesh, colocated=colocated)
+# %% ../../nbs/40_rollout_backends.ipynb #c6b34674
+@patch(cls_method=True)
+def build(cls: VanillaEngine, actor: nnx.Module, tokenizer, *, max_prompt_length: int, max_new_tokens: int,
+          mesh: Optional[Mesh] = None, dtype=None, seed: int = 0, **options) -> VanillaEngine:
+    """A sampler over the actor's weights: colocated when `mesh` is None or the actor's own, else a copy."""
+    if options:
+        raise TypeError(f"the vanilla engine takes no options, got {sorted(options)}")
+    actor_dtype = np.dtype(jax.tree.leaves(nnx.state(actor, nnx.Param))[0].dtype)
+    if dtype is not None and np.dtype(dtype) != actor_dtype:
+        raise ValueError(f"the vanilla engine runs in the actor's dtype ({actor_dtype}), got dtype={dtype!r}; "
+                         "the hf engine can run a bf16 rollout of an f32 actor")
+    colocated = mesh is None or mesh == tfm.mesh_of(actor)
+    graphdef, state = nnx.split(actor)
+    state = jax.tree.map(lambda x: x, state) if colocated else _place(state, mesh)  # first load: everything
+    sampler = Sampler(nnx.merge(graphdef, state), tokenizer, max_len=max_prompt_length + max_new_tokens,
+                      seed=seed)
+    return cls(sampler, max_prompt_length=max_prompt_length, mesh=mesh, colocated=colocated)
 
-    @property
-    def model(self) -> tfm.Transformer:
-        """The model with the engine's current weights (for recomputing the rollout policy's log-probs)."""
-        return self.sampler.model
+# %% ../../nbs/40_rollout_backends.ipynb #daf97c62
+@patch(as_prop=True)
+def model(self: VanillaEngine) -> tfm.Transformer:
+    """The model with the engine's current weights (for recomputing the rollout policy's log-probs)."""
+    return self.sampler.model
 
-    @property
-    def state(self) -> nnx.State:
-        """The sampler's variables (the actor's own arrays when colocated)."""
-        return self.sampler.state
 
-    @property
-    def traces(self):
-        """Times the sampler's prefill and decode were compiled."""
-        return self.sampler.traces
+@patch(as_prop=True)
+def state(self: VanillaEngine) -> nnx.State:
+    """The sampler's variables (the actor's own arrays when colocated)."""
+    return self.sampler.state
 
-    def generate(self, prompt_ids: Sequence[np.ndarray], max_new_tokens: int, *, temperature: float,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None, seed=0,
-                 stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
-        """Complete each int32 prompt row with the sampler (seed: an int, or a JAX key)."""
-        rows = [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
-        # RL prompts fit the fixed width (one compile); a longer context (an agent's later turn) gets a bucket
-        width = self.max_prompt_length if max(r.size for r in rows) <= self.max_prompt_length else None
-        out = self.sampler.generate(rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                    seed=seed, stop_tokens=stop_tokens, max_prompt_length=width)
-        return EngineOutput(list(out.tokens), list(out.logprobs), list(out.text), np.asarray(out.finished))
 
-    def sync_weights(self, actor: nnx.Module) -> SyncReport:
-        """Colocated: re-point at the actor's arrays (0 bytes). Apart: reshard its trainable parameters here."""
-        t0 = time.perf_counter()
-        if self.colocated:
-            self.sampler.state = jax.tree.map(lambda x: x, nnx.state(actor))  # new Variables, same buffers
-            return SyncReport(0, time.perf_counter() - t0, 0)
-        trainable = _trainable(actor)
-        moved = _place(nnx.state(actor, trainable), self.mesh)
-        graphdef, _, rest = nnx.split(self.sampler.model, trainable, ...)
-        self.sampler.state = nnx.state(nnx.merge(graphdef, moved, rest))
-        jax.block_until_ready(moved)  # the time is the transfer's, not its dispatch
-        return SyncReport(_nbytes(moved), time.perf_counter() - t0, len(jax.tree.leaves(moved)))
+@patch(as_prop=True)
+def traces(self: VanillaEngine):
+    """Times the sampler's prefill and decode were compiled."""
+    return self.sampler.traces
 
-    def sync_bytes(self, actor: nnx.Module) -> int:
-        """0 colocated; apart, the bytes of the actor's trainable parameters."""
-        return 0 if self.colocated else _nbytes(nnx.state(actor, _trainable(actor)))
+# %% ../../nbs/40_rollout_backends.ipynb #cea606fd
+@patch
+def generate(self: VanillaEngine, prompt_ids: Sequence[np.ndarray], max_new_tokens: int, *, temperature: float,
+             top_k: Optional[int] = None, top_p: Optional[float] = None, seed=0,
+             stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
+    """Complete each int32 prompt row with the sampler (seed: an int, or a JAX key)."""
+    rows = [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
+    # RL prompts fit the fixed width (one compile); a longer context (an agent's later turn) gets a bucket
+    width = self.max_prompt_length if max(r.size for r in rows) <= self.max_prompt_length else None
+    out = self.sampler.generate(rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                seed=seed, stop_tokens=stop_tokens, max_prompt_length=width)
+    return EngineOutput(list(out.tokens), list(out.logprobs), list(out.text), np.asarray(out.finished))
 
-    def describe(self) -> str:
-        """Where the sampler runs, its dtype and what a sync does."""
-        where = "one device" if self.mesh is None else " × ".join(f"{k}={v}" for k, v in self.mesh.shape.items())
-        how = "re-points at the actor's arrays" if self.colocated else "reshards the trainable parameters"
-        return (f"vanilla: our jitted Sampler on {where} ({'colocated with' if self.colocated else 'apart from'} "
-                f"the actor), {self.dtype}, sync {how}")
+# %% ../../nbs/40_rollout_backends.ipynb #36b59c2a
+@patch
+def sync_weights(self: VanillaEngine, actor: nnx.Module) -> SyncReport:
+    """Colocated: re-point at the actor's arrays (0 bytes). Apart: reshard its trainable parameters here."""
+    t0 = time.perf_counter()
+    if self.colocated:
+        self.sampler.state = jax.tree.map(lambda x: x, nnx.state(actor))  # new Variables, same buffers
+        return SyncReport(0, time.perf_counter() - t0, 0)
+    trainable = _trainable(actor)
+    moved = _place(nnx.state(actor, trainable), self.mesh)
+    graphdef, _, rest = nnx.split(self.sampler.model, trainable, ...)
+    self.sampler.state = nnx.state(nnx.merge(graphdef, moved, rest))
+    jax.block_until_ready(moved)  # the time is the transfer's, not its dispatch
+    return SyncReport(tfm.tree_bytes(moved), time.perf_counter() - t0, len(jax.tree.leaves(moved)))
+
+# %% ../../nbs/40_rollout_backends.ipynb #3e2398d1
+@patch
+def sync_bytes(self: VanillaEngine, actor: nnx.Module) -> int:
+    """0 colocated; apart, the bytes of the actor's trainable parameters."""
+    return 0 if self.colocated else tfm.tree_bytes(nnx.state(actor, _trainable(actor)))
+
+# %% ../../nbs/40_rollout_backends.ipynb #415b5e52
+@patch
+def describe(self: VanillaEngine) -> str:
+    """Where the sampler runs, its dtype and what a sync does."""
+    where = "one device" if self.mesh is None else " × ".join(f"{k}={v}" for k, v in self.mesh.shape.items())
+    how = "re-points at the actor's arrays" if self.colocated else "reshards the trainable parameters"
+    return (f"vanilla: our jitted Sampler on {where} ({'colocated with' if self.colocated else 'apart from'} "
+            f"the actor), {self.dtype}, sync {how}")
 
 
 register_engine("vanilla", VanillaEngine)
