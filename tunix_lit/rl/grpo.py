@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['GRPOConfig', 'dapo_config', 'drgrpo_config', 'gspo_config', 'GRPOLearner']
 
-# %% ../../nbs/32_grpo.ipynb #b9597dbe
+# %% ../../nbs/32_grpo.ipynb #9659b459
 # Follows upstream Tunix's GRPOLearner/DAPO/Dr.GRPO configs in formulas and defaults where they are
 # sound. Differs on purpose: KL defaults to k3; β = 0 never computes reference log-probs; old
 # log-probs for μ > 1 come from a forward pass of the rollout's weights at temperature (upstream:
@@ -19,13 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from fastcore.basics import patch
 
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
 from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
-# %% ../../nbs/32_grpo.ipynb #47e77091
+# %% ../../nbs/32_grpo.ipynb #c6d90007
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """GRPO and its variants: group size, μ, clipping, KL, aggregation, DAPO's extras."""
@@ -74,7 +75,7 @@ class GRPOConfig:
             if self.overlong_penalty < 0:
                 raise ValueError(f"overlong_penalty must be ≥ 0, got {self.overlong_penalty!r}")
 
-
+# %% ../../nbs/32_grpo.ipynb #2780528f
 def dapo_config(**overrides) -> GRPOConfig:
     """DAPO: clip-higher 0.2/0.28, token-mean, no KL, dynamic sampling (overlong penalty: set its lengths)."""
     return GRPOConfig(**{"epsilon": 0.2, "epsilon_high": 0.28, "loss_agg_mode": "token-mean", "beta": 0.0,
@@ -90,8 +91,9 @@ def gspo_config(**overrides) -> GRPOConfig:
     """GSPO-token: sequence-level ratio in value, token-level gradient."""
     return GRPOConfig(**{"loss_algo": "gspo-token", **overrides})
 
-# %% ../../nbs/32_grpo.ipynb #1ac0457a
+# %% ../../nbs/32_grpo.ipynb #3694c609
 def _slice(batch: dict, idx) -> dict:
+    """The rows `idx` (a slice or a boolean mask) of every array in a batch dict."""
     return {k: v[idx] for k, v in batch.items()}
 
 
@@ -110,78 +112,88 @@ class GRPOLearner(RLLearner):
         self._carry_over: list = []  # dynamic sampling: kept rows waiting for a full micro-batch
         super().__init__(cluster, optimizer, config, reward_fns=reward_fns, metric_fns=metric_fns)
 
-    def make_experience(self, rows, step, chunk):
-        """Generate G completions per prompt, score, normalise per group, attach log-probs; split into micro-batches."""
-        algo, G, sizes = self.algo, self.num_generations, self.sizes
-        t0 = time.perf_counter()
-        prompts, columns = repeat_rows(rows, G)
-        ro = self.cluster.generate(prompts, micro_batch_size=sizes.rollout_micro * G, seed=step * 10_000 + chunk)
-        t_gen = time.perf_counter() - t0
-        rewards, metrics = compute_rewards(self.reward_fns, prompts, ro.text, columns)
-        lengths = ro.completion_mask.sum(-1)
-        if algo.overlong_max_length is not None:
-            penalty = algo_core.overlong_penalty(jnp.asarray(lengths), max_length=algo.overlong_max_length,
-                                                 buffer_length=algo.overlong_buffer_length,
-                                                 penalty=algo.overlong_penalty)
-            rewards = rewards + np.asarray(penalty)
-            metrics["rewards/overlong_penalty"] = float(np.mean(penalty))
-        adv, _ = self._advantages(jnp.asarray(rewards), G)
-        adv = np.asarray(adv)
-        informative = np.asarray(algo_core.informative_groups(jnp.asarray(rewards), G))
-        keep_groups = informative if algo.dynamic_sampling else np.ones(len(rows), bool)
-        metrics.update({"rewards/mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
-                        "rewards/max": float(np.nanmax(rewards)) if np.isfinite(rewards).any() else float("nan"),
-                        "rewards/min": float(np.nanmin(rewards)) if np.isfinite(rewards).any() else float("nan"),
-                        "completions/mean_length": float(lengths.mean()),
-                        "completions/finished": float(ro.finished.mean()),
-                        "groups/zero_variance": float((~informative).sum())})
-        batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
-                     completion_mask=ro.completion_mask, advantages=adv.astype(np.float32))
-        t1 = time.perf_counter()
-        mb = sizes.logps_micro * G
-        if algo.beta > 0:
-            batch["ref_logps"] = np.asarray(self.cluster.reference_logps(ro, micro_batch_size=mb))
-        if self.num_iterations > 1:  # the ratio needs the policy the rollouts came from
-            batch["old_logps"] = np.asarray(self.cluster.rollout_logps(ro, micro_batch_size=mb))
-        metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, time.perf_counter() - t1
-        for fn in self.metric_fns:
-            metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
-                                                                          **columns)))
-        return self._split(batch, keep_groups, chunk, metrics)
+# %% ../../nbs/32_grpo.ipynb #075d3510
+@patch
+def make_experience(self: GRPOLearner, rows, step, chunk):
+    """Generate G completions per prompt, score, normalise per group, attach log-probs; split into micro-batches."""
+    algo, G, sizes = self.algo, self.num_generations, self.sizes
+    t0 = time.perf_counter()
+    prompts, columns = repeat_rows(rows, G)
+    ro = self.cluster.generate(prompts, micro_batch_size=sizes.rollout_micro * G, seed=step * 10_000 + chunk)
+    t_gen = time.perf_counter() - t0
+    rewards, metrics = compute_rewards(self.reward_fns, prompts, ro.text, columns)
+    lengths = ro.completion_mask.sum(-1)
+    if algo.overlong_max_length is not None:
+        penalty = algo_core.overlong_penalty(jnp.asarray(lengths), max_length=algo.overlong_max_length,
+                                             buffer_length=algo.overlong_buffer_length,
+                                             penalty=algo.overlong_penalty)
+        rewards = rewards + np.asarray(penalty)
+        metrics["rewards/overlong_penalty"] = float(np.mean(penalty))
+    adv, _ = self._advantages(jnp.asarray(rewards), G)
+    adv = np.asarray(adv)
+    informative = np.asarray(algo_core.informative_groups(jnp.asarray(rewards), G))
+    keep_groups = informative if algo.dynamic_sampling else np.ones(len(rows), bool)
+    metrics.update({"rewards/mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
+                    "rewards/max": float(np.nanmax(rewards)) if np.isfinite(rewards).any() else float("nan"),
+                    "rewards/min": float(np.nanmin(rewards)) if np.isfinite(rewards).any() else float("nan"),
+                    "completions/mean_length": float(lengths.mean()),
+                    "completions/finished": float(ro.finished.mean()),
+                    "groups/zero_variance": float((~informative).sum())})
+    batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
+                 completion_mask=ro.completion_mask, advantages=adv.astype(np.float32))
+    t1 = time.perf_counter()
+    mb = sizes.logps_micro * G
+    if algo.beta > 0:
+        batch["ref_logps"] = np.asarray(self.cluster.reference_logps(ro, micro_batch_size=mb))
+    if self.num_iterations > 1:  # the ratio needs the policy the rollouts came from
+        batch["old_logps"] = np.asarray(self.cluster.rollout_logps(ro, micro_batch_size=mb))
+    metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, time.perf_counter() - t1
+    for fn in self.metric_fns:
+        metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
+                                                                      **columns)))
+    return self._split(batch, keep_groups, chunk, metrics)
 
-    def start_step(self, step):
-        """Rows kept by dynamic sampling do not carry into the next step (they came from older weights)."""
-        self._carry_over = []
+# %% ../../nbs/32_grpo.ipynb #b5181008
+@patch
+def _split(self: GRPOLearner, batch, keep_groups, chunk, metrics):
+    """Train micro-batches of train_micro·G rows; with dynamic sampling only informative groups are kept."""
+    G, n = self.num_generations, self.sizes.train_micro * self.num_generations
+    if not self.algo.dynamic_sampling:
+        N = batch["advantages"].shape[0]
+        return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
+    keep = np.repeat(keep_groups, G)
+    metrics["groups/dropped"] = float((~keep_groups).sum())
+    self._carry_over.append(_slice(batch, keep))
+    merged = {k: np.concatenate([b[k] for b in self._carry_over]) for k in batch}
+    full = merged["advantages"].shape[0] // n * n
+    self._carry_over = [_slice(merged, slice(full, None))]
+    return [_slice(merged, slice(i, i + n)) for i in range(0, full, n)], metrics
 
-    def extra_chunks(self):
-        """Dynamic sampling may draw this many extra chunks per step."""
-        return self.algo.max_dynamic_sampling_rounds if self.algo.dynamic_sampling else 0
 
-    def _split(self, batch, keep_groups, chunk, metrics):
-        """Train micro-batches of train_micro·G rows; with dynamic sampling only informative groups are kept."""
-        G, n = self.num_generations, self.sizes.train_micro * self.num_generations
-        if not self.algo.dynamic_sampling:
-            N = batch["advantages"].shape[0]
-            return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
-        keep = np.repeat(keep_groups, G)
-        metrics["groups/dropped"] = float((~keep_groups).sum())
-        self._carry_over.append(_slice(batch, keep))
-        merged = {k: np.concatenate([b[k] for b in self._carry_over]) for k in batch}
-        full = merged["advantages"].shape[0] // n * n
-        self._carry_over = [_slice(merged, slice(full, None))]
-        return [_slice(merged, slice(i, i + n)) for i in range(0, full, n)], metrics
+@patch
+def start_step(self: GRPOLearner, step):
+    """Rows kept by dynamic sampling do not carry into the next step (they came from older weights)."""
+    self._carry_over = []
 
-    def loss_fn(self, model, batch, rng):
-        """The GRPO-family loss of one micro-batch as a LossOutput (sum over the aggregation's units, their count)."""
-        algo = self.algo
-        # a multi-turn batch (chapter 53) attends to its observations too; only completion_mask carries loss
-        seen = {**batch, "completion_mask": batch["completion_attention"]} if "completion_attention" in batch else batch
-        logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
-                                      entropy=algo.compute_entropy)
-        loss, metrics = self._policy_loss(
-            logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
-            epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, ref_logps=batch.get("ref_logps"),
-            beta=algo.beta, kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, entropy=entropy,
-            loss_agg_mode=algo.loss_agg_mode, norm=float(batch["completion_ids"].shape[1]))
-        weight = metrics.pop("loss_denominator")
-        return LossOutput(loss * weight, weight, metrics)
+
+@patch
+def extra_chunks(self: GRPOLearner):
+    """Dynamic sampling may draw this many extra chunks per step."""
+    return self.algo.max_dynamic_sampling_rounds if self.algo.dynamic_sampling else 0
+
+# %% ../../nbs/32_grpo.ipynb #db9f1baa
+@patch
+def loss_fn(self: GRPOLearner, model, batch, rng):
+    """The GRPO-family loss of one micro-batch as a LossOutput (sum over the aggregation's units, their count)."""
+    algo = self.algo
+    # a multi-turn batch (chapter 53) attends to its observations too; only completion_mask carries loss
+    seen = {**batch, "completion_mask": batch["completion_attention"]} if "completion_attention" in batch else batch
+    logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
+                                  entropy=algo.compute_entropy)
+    loss, metrics = self._policy_loss(
+        logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
+        epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, ref_logps=batch.get("ref_logps"),
+        beta=algo.beta, kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, entropy=entropy,
+        loss_agg_mode=algo.loss_agg_mode, norm=float(batch["completion_ids"].shape[1]))
+    weight = metrics.pop("loss_denominator")
+    return LossOutput(loss * weight, weight, metrics)
