@@ -6,7 +6,7 @@
 __all__ = ['CHAR_SPECIAL_TOKENS', 'CHAR_TOKENIZER_FILE', 'DEFAULT_CHAT_TEMPLATE', 'END_OF_TURN_TOKENS', 'CharTokenizer',
            'render_chat_template', 'Tokenizer', 'CharAdapter', 'HFAdapter', 'SentencePieceAdapter', 'load_tokenizer']
 
-# %% ../../nbs/11_tokenizer.ipynb #e439cdf4
+# %% ../../nbs/11_tokenizer.ipynb #94ba9975
 # Follows upstream Tunix's TokenizerAdapter in purpose (one surface for sampler and trainers) and
 # transformers 5 in behaviour (tokenizer.json decides BOS/EOS; chat templates render in the same
 # sandboxed jinja2 set-up). Leaves out: slow (pure Python) HF tokenizers, WordPiece space clean-up
@@ -24,8 +24,9 @@ import jinja2.sandbox
 import numpy as np
 import sentencepiece as spm
 import tokenizers
+from fastcore.basics import patch, patch_to
 
-# %% ../../nbs/11_tokenizer.ipynb #7febf4ac
+# %% ../../nbs/11_tokenizer.ipynb #dd49eb10
 CHAR_SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")  # ids 0, 1, 2 in every CharTokenizer
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 
@@ -50,49 +51,59 @@ class CharTokenizer:
         """Number of ids: the three special tokens plus the alphabet."""
         return len(self.tokens)
 
-    def encode(self, text: str) -> list[int]:
-        """One id per character of `text`; no special tokens."""
-        for pos, c in enumerate(text):
-            if c not in self._ids:
-                raise ValueError(f"character {c!r} at position {pos} of the text is not in the alphabet {self.alphabet!r}")
-        return [self._ids[c] for c in text]
+# %% ../../nbs/11_tokenizer.ipynb #c286f83f
+@patch
+def encode(self: CharTokenizer, text: str) -> list[int]:
+    """One id per character of `text`; no special tokens."""
+    for pos, c in enumerate(text):
+        if c not in self._ids:
+            raise ValueError(f"character {c!r} at position {pos} of the text is not in the alphabet {self.alphabet!r}")
+    return [self._ids[c] for c in text]
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        """Text of `ids`; special tokens are dropped, or spelled out as `<pad>`, `<bos>`, `<eos>`."""
-        first = 0 if not skip_special_tokens else len(CHAR_SPECIAL_TOKENS)
-        return "".join(self.tokens[i] for i in ids if i >= first)
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write `char_tokenizer.json` into directory `path` (or to `path` itself if it ends in .json)."""
-        path = Path(path)
-        if path.suffix != ".json":
-            path.mkdir(parents=True, exist_ok=True)
-            path = path / CHAR_TOKENIZER_FILE
-        data = {"kind": "char", "alphabet": self.alphabet, "chat_template": self.chat_template}
-        path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-        return path
+@patch
+def decode(self: CharTokenizer, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    """Text of `ids`; special tokens are dropped, or spelled out as `<pad>`, `<bos>`, `<eos>`."""
+    first = 0 if not skip_special_tokens else len(CHAR_SPECIAL_TOKENS)
+    return "".join(self.tokens[i] for i in ids if i >= first)
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "CharTokenizer":
-        """Read a tokenizer written by `save` (a directory holding `char_tokenizer.json`, or the file)."""
-        path = Path(path)
-        path = path / CHAR_TOKENIZER_FILE if path.is_dir() else path
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if "alphabet" not in data:
-            raise ValueError(f"{path} has no 'alphabet' key; it was not written by CharTokenizer.save")
-        return cls(data["alphabet"], data.get("chat_template"))
+# %% ../../nbs/11_tokenizer.ipynb #51dc8a7f
+@patch
+def save(self: CharTokenizer, path: str | os.PathLike) -> Path:
+    """Write `char_tokenizer.json` into directory `path` (or to `path` itself if it ends in .json)."""
+    path = Path(path)
+    if path.suffix != ".json":
+        path.mkdir(parents=True, exist_ok=True)
+        path = path / CHAR_TOKENIZER_FILE
+    data = {"kind": "char", "alphabet": self.alphabet, "chat_template": self.chat_template}
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    return path
 
-# %% ../../nbs/11_tokenizer.ipynb #d5418245
+
+@patch(cls_method=True)
+def load(cls: CharTokenizer, path: str | os.PathLike) -> CharTokenizer:
+    """Read a tokenizer written by `save` (a directory holding `char_tokenizer.json`, or the file)."""
+    path = Path(path)
+    path = path / CHAR_TOKENIZER_FILE if path.is_dir() else path
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "alphabet" not in data:
+        raise ValueError(f"{path} has no 'alphabet' key; it was not written by CharTokenizer.save")
+    return cls(data["alphabet"], data.get("chat_template"))
+
+# %% ../../nbs/11_tokenizer.ipynb #c691f6e2
 def _raise_exception(message: str):
+    """What a template's `raise_exception(...)` does: stop rendering with a TemplateError."""
     raise jinja2.exceptions.TemplateError(message)
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    """JSON for a template's `tojson` filter, without HTML escaping."""
     # jinja's own tojson escapes <, > and & for HTML, which would corrupt tool schemas in prompts
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _strftime_now(fmt: str) -> str:
+    """Today's date and time in `fmt`, for templates that print it (Llama 3)."""
     return datetime.datetime.now().strftime(fmt)
 
 
@@ -105,9 +116,10 @@ class _GenerationBlock(jinja2.ext.Extension):
         next(parser.stream)
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
-
+# %% ../../nbs/11_tokenizer.ipynb #8f622d17
 @functools.lru_cache(maxsize=16)
 def _compile_chat_template(source: str) -> jinja2.Template:
+    """`source` compiled in an immutable sandbox with the settings and helpers transformers gives templates."""
     # one environment per template, as transformers does; the cache makes repeated calls cheap
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
@@ -127,17 +139,18 @@ def render_chat_template(source: str, messages: Sequence[dict], add_generation_p
     return _compile_chat_template(source).render(
         messages=messages, add_generation_prompt=add_generation_prompt, **variables)
 
-# %% ../../nbs/11_tokenizer.ipynb #7c8d246e
+# %% ../../nbs/11_tokenizer.ipynb #2117ef5d
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
 
-# %% ../../nbs/11_tokenizer.ipynb #e40f4103
+# %% ../../nbs/11_tokenizer.ipynb #b5b6ac24
 END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>")  # Gemma, Qwen, Llama 3 turn ends
 
 
 def _as_id_list(ids) -> list[int]:
+    """One sequence of ids (list, NumPy or JAX array) as a list of Python ints; a batch or floats is refused."""
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise ValueError(f"decode takes one sequence of ids with shape [T]; got shape {arr.shape}")
@@ -147,22 +160,11 @@ def _as_id_list(ids) -> list[int]:
 
 
 def _stop_ids(eos_id: int, candidates) -> tuple[int, ...]:
+    """`eos_id` first, then the other candidate ids (None and repeats dropped), sorted."""
     others = sorted({int(i) for i in candidates if i is not None and i != eos_id})
     return (eos_id, *others)
 
-
-def _choose_template(own: str | dict | None, requested: str | None, tools) -> str | None:
-    # a repo may ship several named templates; pick as transformers does: by name, else tool_use, else default
-    if not isinstance(own, dict):
-        return requested or own
-    if requested is not None:
-        return own.get(requested, requested)
-    name = "tool_use" if tools is not None and "tool_use" in own else "default"
-    if name not in own:
-        raise ValueError(f"chat templates {sorted(own)} have no 'default'; pass chat_template=<one of those names>")
-    return own[name]
-
-
+# %% ../../nbs/11_tokenizer.ipynb #b9ebb21b
 _ADAPTERS: dict[type, type] = {}  # wrapped type -> adapter class; filled by `class X(Tokenizer, wraps=...)`
 
 
@@ -190,53 +192,11 @@ class Tokenizer:
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         raise NotImplementedError
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Ids of `text`; with `add_special_tokens` the back end's own rule adds BOS (and EOS, if it says so)."""
-        if not isinstance(text, str):
-            raise TypeError(f"encode takes a str; got {type(text).__name__} (use encode_batch for a list)")
-        return self._encode(text, add_special_tokens)
-
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
-        """`encode` for each text; ragged lists, no padding."""
-        return [self.encode(t, add_special_tokens) for t in texts]
-
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        """Text of `ids` ([T] list, NumPy or JAX int array); decodes every id, stops at nothing."""
-        ids = _as_id_list(ids)
-        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"id {bad} at position {ids.index(bad)} is outside the vocabulary [0, {self.vocab_size})")
-        return self._decode(ids, skip_special_tokens)
-
-    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                            tokenize: bool = False, chat_template: str | None = None,
-                            tools: list[dict] | None = None, **kwargs: Any):
-        """Render `messages` with the tokenizer's chat template; the text, or its ids if `tokenize`."""
-        source = _choose_template(self.chat_template, chat_template, tools)
-        if source is None:
-            raise ValueError(f"this tokenizer has no chat template: looked in {self.template_hint}; "
-                             "add one there or pass chat_template=...")
-        text = render_chat_template(source, messages, add_generation_prompt, tools=tools,
-                                    **{**self.special_tokens, **kwargs})
-        # the template already wrote BOS if the model wants one; adding it again would double it
-        return self.encode(text, add_special_tokens=False) if tokenize else text
-
-    @staticmethod
-    def wrap(obj: Any, **kwargs: Any) -> "Tokenizer":
-        """Adapter for an already-built CharTokenizer, `tokenizers.Tokenizer` or `SentencePieceProcessor`."""
-        if isinstance(obj, Tokenizer):
-            return obj
-        for kind, adapter in _ADAPTERS.items():
-            if isinstance(obj, kind):
-                return adapter(obj, **kwargs)
-        names = ", ".join(f"{k.__module__}.{k.__name__}" for k in _ADAPTERS)
-        raise TypeError(f"cannot wrap a {type(obj).__name__}; expected one of: {names}")
-
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(vocab_size={self.vocab_size}, bos_id={self.bos_id}, "
                 f"eos_id={self.eos_id}, pad_id={self.pad_id}, eos_ids={self.eos_ids})")
 
-# %% ../../nbs/11_tokenizer.ipynb #cbc363c8
+# %% ../../nbs/11_tokenizer.ipynb #cea685cf
 class CharAdapter(Tokenizer, wraps=CharTokenizer):
     """`Tokenizer` over a `CharTokenizer`; `encode` adds `<bos>` only."""
 
@@ -255,8 +215,73 @@ class CharAdapter(Tokenizer, wraps=CharTokenizer):
     def _decode(self, ids, skip_special_tokens):
         return self.backend.decode(ids, skip_special_tokens)
 
-# %% ../../nbs/11_tokenizer.ipynb #bfeb40c0
+# %% ../../nbs/11_tokenizer.ipynb #eef29641
+@patch
+def encode(self: Tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
+    """Ids of `text`; with `add_special_tokens` the back end's own rule adds BOS (and EOS, if it says so)."""
+    if not isinstance(text, str):
+        raise TypeError(f"encode takes a str; got {type(text).__name__} (use encode_batch for a list)")
+    return self._encode(text, add_special_tokens)
+
+
+@patch
+def encode_batch(self: Tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """`encode` for each text; ragged lists, no padding."""
+    return [self.encode(t, add_special_tokens) for t in texts]
+
+
+@patch
+def decode(self: Tokenizer, ids, skip_special_tokens: bool = True) -> str:
+    """Text of `ids` ([T] list, NumPy or JAX int array); decodes every id, stops at nothing."""
+    ids = _as_id_list(ids)
+    bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"id {bad} at position {ids.index(bad)} is outside the vocabulary [0, {self.vocab_size})")
+    return self._decode(ids, skip_special_tokens)
+
+# %% ../../nbs/11_tokenizer.ipynb #c9552944
+def _choose_template(own: str | dict | None, requested: str | None, tools) -> str | None:
+    """The template source to render: `requested` (a name or a source), else by tools, else `default`."""
+    # a repo may ship several named templates; pick as transformers does: by name, else tool_use, else default
+    if not isinstance(own, dict):
+        return requested or own
+    if requested is not None:
+        return own.get(requested, requested)
+    name = "tool_use" if tools is not None and "tool_use" in own else "default"
+    if name not in own:
+        raise ValueError(f"chat templates {sorted(own)} have no 'default'; pass chat_template=<one of those names>")
+    return own[name]
+
+
+@patch
+def apply_chat_template(self: Tokenizer, messages: Sequence[dict], add_generation_prompt: bool = True,
+                        tokenize: bool = False, chat_template: str | None = None,
+                        tools: list[dict] | None = None, **kwargs: Any):
+    """Render `messages` with the tokenizer's chat template; the text, or its ids if `tokenize`."""
+    source = _choose_template(self.chat_template, chat_template, tools)
+    if source is None:
+        raise ValueError(f"this tokenizer has no chat template: looked in {self.template_hint}; "
+                         "add one there or pass chat_template=...")
+    text = render_chat_template(source, messages, add_generation_prompt, tools=tools,
+                                **{**self.special_tokens, **kwargs})
+    # the template already wrote BOS if the model wants one; adding it again would double it
+    return self.encode(text, add_special_tokens=False) if tokenize else text
+
+# %% ../../nbs/11_tokenizer.ipynb #99912783
+@patch_to(Tokenizer, static_method=True)
+def wrap(obj: Any, **kwargs: Any) -> Tokenizer:
+    """Adapter for an already-built CharTokenizer, `tokenizers.Tokenizer` or `SentencePieceProcessor`."""
+    if isinstance(obj, Tokenizer):
+        return obj
+    for kind, adapter in _ADAPTERS.items():
+        if isinstance(obj, kind):
+            return adapter(obj, **kwargs)
+    names = ", ".join(f"{k.__module__}.{k.__name__}" for k in _ADAPTERS)
+    raise TypeError(f"cannot wrap a {type(obj).__name__}; expected one of: {names}")
+
+# %% ../../nbs/11_tokenizer.ipynb #dc7f577f
 def _token_text(value) -> str | None:
+    """A special token's text from a tokenizer_config.json entry (a string or an AddedToken dict)."""
     # tokenizer_config.json writes a token as a plain string or as a serialised AddedToken dict
     if value is None or isinstance(value, str):
         return value
@@ -299,33 +324,44 @@ class HFAdapter(Tokenizer, wraps=tokenizers.Tokenizer):
         self.chat_template = chat_template if chat_template is not None else own
         self.template_hint = f"{jinja} and the 'chat_template' key of {cfg}"
 
-    def _id_of(self, name: str) -> int | None:
-        text = self.special_tokens.get(name)
-        if text is None:
-            return None
-        idx = self.backend.token_to_id(text)
-        if idx is None:
-            raise ValueError(f"{name} {text!r} named by the tokenizer config is not in the vocabulary")
-        return idx
+# %% ../../nbs/11_tokenizer.ipynb #f8d2ee9f
+@patch
+def _id_of(self: HFAdapter, name: str) -> int | None:
+    """The id of the special token called `name` in the config, None when the config names none."""
+    text = self.special_tokens.get(name)
+    if text is None:
+        return None
+    idx = self.backend.token_to_id(text)
+    if idx is None:
+        raise ValueError(f"{name} {text!r} named by the tokenizer config is not in the vocabulary")
+    return idx
 
-    def _encode(self, text, add_special_tokens):
-        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def encode_batch(self, texts, add_special_tokens=True):
-        """`encode` for each text, in one call into the Rust tokenizer."""
-        if isinstance(texts, str):
-            raise TypeError("encode_batch takes a list of str; use encode for one text")
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+@patch
+def _encode(self: HFAdapter, text, add_special_tokens):
+    return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def _decode(self, ids, skip_special_tokens):
-        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
-# %% ../../nbs/11_tokenizer.ipynb #bc01f6b2
+@patch
+def encode_batch(self: HFAdapter, texts, add_special_tokens=True):
+    """`encode` for each text, in one call into the Rust tokenizer."""
+    if isinstance(texts, str):
+        raise TypeError("encode_batch takes a list of str; use encode for one text")
+    return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+
+
+@patch
+def _decode(self: HFAdapter, ids, skip_special_tokens):
+    return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+# %% ../../nbs/11_tokenizer.ipynb #909115d8
 def _read_json(path: Path) -> dict:
+    """The JSON object in `path`, or {} when there is no such file."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _load_hf(path: Path) -> HFAdapter:
+    """An HFAdapter over `tokenizer.json` at `path` and the side files beside it."""
     folder = path.parent
     config = _read_json(folder / "tokenizer_config.json")
     for key, value in _read_json(folder / "special_tokens_map.json").items():
@@ -336,8 +372,9 @@ def _load_hf(path: Path) -> HFAdapter:
     return HFAdapter(tokenizers.Tokenizer.from_file(str(path)), config, _read_json(folder / "generation_config.json"),
                      chat_template=chat_template, folder=folder)
 
-# %% ../../nbs/11_tokenizer.ipynb #c104a294
+# %% ../../nbs/11_tokenizer.ipynb #f58f0911
 def _sp_id(sp: spm.SentencePieceProcessor, piece: str) -> int | None:
+    """The id of `piece` in the SentencePiece model, or None when it has none."""
     # piece_to_id answers unk_id for a piece it does not know
     idx = sp.piece_to_id(piece)
     return idx if sp.id_to_piece(idx) == piece else None
@@ -364,25 +401,29 @@ class SentencePieceAdapter(Tokenizer, wraps=spm.SentencePieceProcessor):
         ids = self.backend.encode(text)
         return [self.bos_id, *ids] if add_special_tokens and self.bos_id is not None else ids
 
-    def _decode(self, ids, skip_special_tokens):
-        sp = self.backend
-        if skip_special_tokens:
-            return sp.decode([i for i in ids if not sp.is_control(i)])
-        parts, run = [], []
-        for i in ids:
-            if sp.is_control(i):
-                parts += [sp.decode(run), sp.id_to_piece(i)]
-                run = []
-            else:
-                run.append(i)
-        return "".join(parts + [sp.decode(run)])
+# %% ../../nbs/11_tokenizer.ipynb #87473c6e
+@patch
+def _decode(self: SentencePieceAdapter, ids, skip_special_tokens):
+    sp = self.backend
+    if skip_special_tokens:
+        return sp.decode([i for i in ids if not sp.is_control(i)])
+    parts, run = [], []
+    for i in ids:
+        if sp.is_control(i):
+            parts += [sp.decode(run), sp.id_to_piece(i)]
+            run = []
+        else:
+            run.append(i)
+    return "".join(parts + [sp.decode(run)])
 
-# %% ../../nbs/11_tokenizer.ipynb #f89b5f5d
+# %% ../../nbs/11_tokenizer.ipynb #a6fd99ae
 def _load_sentencepiece(path: Path) -> SentencePieceAdapter:
+    """A SentencePieceAdapter over the `.model` file at `path`."""
     return SentencePieceAdapter(spm.SentencePieceProcessor(model_file=str(path)))
 
 
 def _load_char(path: Path) -> CharAdapter:
+    """A CharAdapter over the `char_tokenizer.json` at `path`."""
     return CharAdapter(CharTokenizer.load(path))
 
 
