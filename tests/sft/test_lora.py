@@ -191,6 +191,13 @@ def test_counts_follow_the_formula_and_nf4_halves_int8(trained):
     assert lora.nbytes(jax.ShapeDtypeStruct((4, 4), jnp.float32)) == 64
 
 
+def test_nbytes_counts_sub_byte_codes_at_their_bit_width():
+    """Hand count: 15 int4 codes are 60 bits -> 8 bytes; 3 bfloat16 scales 6; a 2x2 float32 shape 16."""
+    tree = {"codes": jnp.zeros((3, 5), jnp.int4), "scales": jnp.ones((3,), jnp.bfloat16),
+            "abstract": jax.ShapeDtypeStruct((2, 2), jnp.float32)}
+    assert lora.nbytes(tree) == 8 + 6 + 16
+
+
 def test_lora_on_a_mesh_is_sharded_like_its_kernel_and_matches_single_device(base, trained, tokens):
     mesh = tfm.make_mesh(2, 4)
     sharded = lora.apply_lora(tfm.create_model(base.config, seed=0, mesh=mesh), rank=RANK, alpha=ALPHA)
@@ -205,3 +212,4 @@ def test_lora_on_a_mesh_is_sharded_like_its_kernel_and_matches_single_device(bas
     np.testing.assert_allclose(np.asarray(logits), np.asarray(trained(tokens)[0]), atol=1e-4)
     merged = lora.merge_lora(sharded)
     assert merged.layers[0].attn.q_proj.kernel[...].sharding.spec == P("fsdp", "tp", None)
+    assert tfm.mesh_of(merged) == mesh == tfm.mesh_of(sharded)  # merge_lora finds the mesh through chapter 10's helper

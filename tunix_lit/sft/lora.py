@@ -100,14 +100,6 @@ def _node(model: nnx.Module, path: tuple):
     return model
 
 
-def _find_mesh(model: nnx.Module) -> Optional[jax.sharding.Mesh]:
-    """The mesh the model's parameters are placed on, or None for single-device arrays."""
-    for leaf in jax.tree.leaves(nnx.state(model)):
-        if isinstance(getattr(leaf, "sharding", None), jax.sharding.NamedSharding):
-            return leaf.sharding.mesh
-    return None
-
-
 def apply_lora(model: tfm.Transformer, *, rank: int, alpha: float, targets: str = DEFAULT_TARGETS,
                quantize: Optional[str] = None, tile_size: Optional[int] = None, seed: int = 0) -> tfm.Transformer:
     """A copy of `model` with LoRA A/B (`nnx.LoRAParam`) on every module matching `targets`; QLoRA if `quantize`."""
@@ -123,7 +115,7 @@ def apply_lora(model: tfm.Transformer, *, rank: int, alpha: float, targets: str 
     if not jax.tree.leaves(nnx.state(lora_model, nnx.LoRAParam)):
         raise ValueError(f"LoRA target pattern '{cfg.targets}' matches {matched[:4]}, but none of them multiplies "
                          f"its input by a weight of its own; target projections, e.g. '{DEFAULT_TARGETS}'")
-    mesh = _find_mesh(model)
+    mesh = tfm.mesh_of(model)
     if mesh is not None:  # A and B left jit unplaced; qwix copied the kernel's logical axis names onto them
         state = nnx.state(lora_model)
         nnx.update(lora_model, jax.device_put(state, tfm.state_shardings(state, mesh)))
@@ -147,7 +139,7 @@ def base_param_count(model: nnx.Module) -> int:
 
 def nbytes(tree) -> int:
     """Bytes the arrays (or ShapeDtypeStructs) in `tree` take when packed: a 4-bit value is half a byte."""
-    return sum(-(-x.size * jax.dtypes.itemsize_bits(x.dtype) // 8) for x in jax.tree.leaves(tree))
+    return tfm.tree_bytes(tree, packed=True)  # chapter 10's one byte count, at each dtype's bit width
 
 # %% ../../nbs/61_lora_qlora.ipynb #05f775b9
 from ..rollout.sync import float_weight  # written once, in chapter 41 (the rollout layer)
@@ -164,7 +156,7 @@ def merge_lora(model: tfm.Transformer) -> tfm.Transformer:
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0))))
     merged = actor_params(model)  # W + scale·A·B per kernel, in the base's storage dtype (chapter 41)
     state = nnx.from_flat_state([(p, var.replace(merged[path_str(p)])) for p, var in nnx.to_flat_state(abstract)])
-    mesh = _find_mesh(model)
+    mesh = tfm.mesh_of(model)
     if mesh is not None:
         state = jax.device_put(state, tfm.state_shardings(state, mesh))
     return nnx.merge(graphdef, state)
