@@ -20,36 +20,45 @@ def run(argv):
     return status, out.getvalue().splitlines()
 
 
-def test_generate_completes_with_the_embedded_model_like_the_sampler():
+@pytest.fixture(scope="module")
+def default_generation():
+    """`generate --json` with the embedded model, run once and shared (each run compiles its own sampler)."""
+    return run(["generate", "45+45=", "8+1=", "--max-new-tokens", "6", "--json"])
+
+
+def test_generate_completes_with_the_embedded_model_like_the_sampler(default_generation):
     from tunix_lit.generate.sampler import Sampler
     from tunix_lit.models import tiny
 
-    status, lines = run(["generate", "12+7=", "3+4=", "--max-new-tokens", "6"])
+    status, lines = default_generation
     model, tok = tiny.load()
-    want = Sampler(model, tok)(["12+7=", "3+4="], max_new_tokens=6).text
-    assert status == 0 and lines == want
+    want = Sampler(model, tok)(["45+45=", "8+1="], max_new_tokens=6)
+    rows = [json.loads(l) for l in lines]
+    assert status == 0 and [r["text"] for r in rows] == want.text
+    assert [r["tokens"] for r in rows] == [t.tolist() for t in want.tokens]
 
 
-def test_generate_json_has_tokens_and_logprobs_of_equal_length():
-    status, lines = run(["generate", "12+7=", "--json", "--top-k", "3", "--seed", "0", "--max-new-tokens", "5"])
+def test_generate_json_has_tokens_and_logprobs_of_equal_length(default_generation):
+    status, lines = default_generation
     row = json.loads(lines[0])
-    assert status == 0 and row["prompt"] == "12+7="
+    assert status == 0 and row["prompt"] == "45+45=" and len(lines) == 2
     assert len(row["tokens"]) == len(row["logprobs"]) >= 1 and all(lp <= 0 for lp in row["logprobs"])
 
 
-def test_generate_model_flag_loads_a_checkpoint_directory(tmp_path):
+def test_generate_model_flag_loads_a_checkpoint_directory(tmp_path, default_generation):
     """A copy of the embedded model's directory (HF safetensors + tokenizer) through --model gives the same text."""
     from tunix_lit.models import tiny
 
     shutil.copytree(tiny.asset_dir(), tmp_path / "ckpt")
-    default = run(["generate", "45+45=", "8+1="])
-    loaded = run(["generate", "45+45=", "8+1=", "--model", str(tmp_path / "ckpt")])
-    assert default == loaded
+    loaded = run(["generate", "45+45=", "8+1=", "--max-new-tokens", "6", "--json", "--model", str(tmp_path / "ckpt")])
+    assert loaded == default_generation
 
 
 @pytest.mark.parametrize("argv,message", [
     (["generate", "1+1=", "--top-p", "2"], "top_p must be in (0, 1], got 2.0"),
     (["generate", "1+1=", "--temperature", "-1"], "temperature must be a finite number >= 0"),
+    (["generate", "1+1=", "--top-k", "0", "--seed", "3"], "top_k must be a positive integer, got 0"),
+    (["generate", "1+1=", "--max-new-tokens", "0"], "max_new_tokens must be a positive integer, got 0"),
     (["generate", "1+1=", "--model", "/nonexistent/dir"], "/nonexistent/dir"),
 ])
 def test_bad_values_are_usage_errors(argv, message, capsys):

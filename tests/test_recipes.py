@@ -110,6 +110,28 @@ def test_dry_run_builds_every_object_and_takes_no_step(name, tmp_path):
     assert out.getvalue().rstrip().endswith("no step taken")
 
 
+def test_one_sampler_per_launch_sees_new_weights_without_compiling_again(tmp_path):
+    """Greedy accuracy reuses the launch's sampler: after a weight change it holds the model's new arrays
+    (the arrays themselves, not copies of the old ones) and has still compiled prefill and decode once each."""
+    import jax
+    from flax import nnx
+
+    recipe = resolve_recipe(RECIPES / "sft_tiny.yaml", [f"run_dir={tmp_path / 'r'}", "task.train_size=64",
+                                                        "task.heldout_size=16"], environ={})
+    launch = recipes.build(recipe, progress_bar=False)
+    launch.trainer.close()
+    model = launch.model
+    recipes.greedy_accuracy(launch, model)
+    sampler = launch.extras["sampler"]
+    rng = np.random.default_rng(0)  # new weights made in NumPy: no small compiles for the perturbation
+    nnx.update(model, jax.tree.map(lambda x: jax.numpy.asarray(np.asarray(x) + 0.3 * rng.standard_normal(x.shape),
+                                                               x.dtype), nnx.state(model, nnx.Param)))
+    recipes.greedy_accuracy(launch, model)
+    held, now = jax.tree.leaves(sampler.state), jax.tree.leaves(nnx.state(model))
+    assert launch.extras["sampler"] is sampler and len(held) == len(now) and all(a is b for a, b in zip(held, now))
+    assert dict(sampler.traces) == {"prefill": 1, "decode": 1}
+
+
 def _gsm8k_like(path: Path, n: int) -> Path:
     rows = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many apples?",
              "answer": f"{i} + {i + 2} = {2 * i + 2}\n#### {2 * i + 2}"} for i in range(n)]

@@ -473,14 +473,23 @@ def _max_new_tokens(launch: Launch) -> int:
     return max(1, min(64, launch.model.config.max_position - longest))  # 64, or what the model's positions leave
 
 
+def _sampler(launch: Launch, model):
+    """The launch's one Sampler, pointed at `model`'s current weights (before and after share its compiled code)."""
+    from tunix_lit.generate.sampler import Sampler
+
+    if launch.extras.get("sampler_model") is not model:
+        launch.extras.update(sampler=Sampler(model, launch.tokenizer), sampler_model=model)
+    else:
+        launch.extras["sampler"].state = model  # new weights, same shapes: no recompilation
+    return launch.extras["sampler"]
+
+
 def greedy_accuracy(launch: Launch, model) -> float:
     """Share of held-out rows whose greedy completion the accuracy function scores 1 (mean of its scores)."""
     import numpy as np
 
-    from tunix_lit.generate.sampler import Sampler
-
     rows, fn = launch.heldout_rows, launch.accuracy_fn
-    sampler = Sampler(model, launch.tokenizer)
+    sampler = _sampler(launch, model)
     size, scores = launch.recipe["eval"]["batch_size"], []
     for i in range(0, len(rows), size):
         chunk = rows[i:i + size]
@@ -529,9 +538,7 @@ def _arith_pairs(launch: Launch, problems: list, seed: int) -> list[dict]:
     import numpy as np
 
     from tunix_lit.data import arith
-    from tunix_lit.generate.sampler import Sampler
-
-    sampler, rng = Sampler(launch.model, launch.tokenizer), np.random.default_rng(seed)
+    sampler, rng = _sampler(launch, launch.model), np.random.default_rng(seed)
     size, out = launch.recipe["eval"]["batch_size"], []
     for i in range(0, len(problems), size):
         chunk = problems[i:i + size]
