@@ -1,4 +1,5 @@
 """The RL learner and GRPO: batch-size errors, step accounting, exact resume, bad rewards, dynamic sampling, the CLI."""
+import dataclasses
 import json
 import math
 import re
@@ -17,6 +18,7 @@ from flax import nnx
 from tunix_lit import cli
 from tunix_lit.data import arith
 from tunix_lit.models import tiny
+from tunix_lit.rl import common
 from tunix_lit.rl import learner as rl
 from tunix_lit.rl.cluster import RLCluster, RolloutConfig
 from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner, dapo_config
@@ -261,3 +263,85 @@ def test_an_engine_without_log_probs_logs_a_null_gap_and_says_so_once(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["mode"] == "train"]
     assert len(train) == 2 and all(r["rollout_logp_gap"] is None for r in train)  # JSON null, every step
+
+
+def _record_updates(learner):
+    """Wrap the actor trainer's update: keep each update's micro-batches and the parameters it started from."""
+    seen, params, update = [], [], learner.trainer.update
+
+    def recording(micro_batches):
+        params.append(jax.tree.map(np.array, nnx.state(learner.trainer.model)))  # copies: buffers may be donated
+        seen.append(list(micro_batches))
+        update(micro_batches)
+
+    learner.trainer.update = recording
+    return seen, params
+
+
+def _logps_reference(learner, state, batch):
+    """log π of a batch's completion tokens recomputed from scratch under the parameters `state` (0 on pads)."""
+    model = nnx.merge(nnx.graphdef(learner.trainer.model), jax.tree.map(jnp.asarray, state))
+    lp = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+                                         batch["completion_mask"], temperature=ROLL.temperature)
+    return np.asarray(lp) * batch["completion_mask"]
+
+
+def test_mu_one_with_two_mini_batches_trains_the_second_on_the_true_ratio():
+    """μ = 1 but two mini-batches a step: the second update's policy has moved, so its ratio must not be forced to 1."""
+    def alternate(prompts, completions, **kw):  # 0, 1 within every group of 2: nonzero advantages, the policy moves
+        return [float(i % 2) for i in range(len(completions))]
+
+    cfg = rl.RLTrainingConfig(batch_size=4, mini_batch_size=2, max_steps=1, progress_bar=False)
+    learner = make(cfg, GRPOConfig(num_generations=2, num_iterations=1, beta=0.0), reward_fns=[alternate])
+    assert learner.needs_old_logps
+    seen, params = _record_updates(learner)
+    learner.train(DATA)
+    assert len(seen) == 2 and all("old_logps" in mb for mini in seen for mb in mini)  # one signature: one compile
+    assert np.abs(seen[0][0]["advantages"]).min() > 0
+    second = seen[1][0]
+    # the old log-probs are those of the weights that sampled: the step's starting parameters
+    np.testing.assert_allclose(second["old_logps"], _logps_reference(learner, params[0], second), atol=1e-5)
+    # and the policy the second update starts from has moved away from them
+    ratio = np.exp(_logps_reference(learner, params[1], second) - second["old_logps"])[second["completion_mask"] == 1]
+    assert np.abs(ratio - 1).max() > 1e-4
+    # the first mini-batch was sampled and trained on the same weights: its ratio is 1
+    first = seen[0][0]
+    np.testing.assert_allclose(_logps_reference(learner, params[0], first), first["old_logps"], atol=1e-5)
+
+
+def test_a_fully_on_policy_step_computes_no_old_logps():
+    learner = make(algo=GRPOConfig(num_generations=2, num_iterations=1, beta=0.0))
+    assert not learner.needs_old_logps
+    seen, _ = _record_updates(learner)
+    learner.train(DATA)
+    assert seen and not any("old_logps" in mb for mini in seen for mb in mini)
+
+
+def test_sync_rollout_is_the_one_place_the_loop_syncs(tmp_path):
+    """An override of sync_rollout sees every sync: one per global step, and one after a restore."""
+    calls = []
+
+    class Counting(GRPOLearner):
+        def sync_rollout(self):
+            calls.append(self.step)
+            return super().sync_rollout()
+
+    model, tok = tiny.load()
+    cfg = rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False, checkpoint_dir=str(tmp_path))
+    learner = Counting(RLCluster(model, tok, rollout_config=ROLL), optax.adam(1e-3), cfg,
+                       GRPOConfig(num_generations=2, beta=0.0), reward_fns=[arith.reward])
+    learner.train(DATA)
+    learner.close()
+    assert calls == [0, 1]  # called before self.step counts the finished step
+    again = Counting(RLCluster(*tiny.load(), rollout_config=ROLL), optax.adam(1e-3),
+                     dataclasses.replace(cfg, max_steps=3), GRPOConfig(num_generations=2, beta=0.0),
+                     reward_fns=[arith.reward])
+    again.train(DATA)
+    again.close()
+    assert calls == [0, 1, 2, 2]  # the restore's sync (at step 2), then step 3's
+
+
+def test_skip_rows_resumes_the_data_and_names_a_short_dataset():
+    assert next(rl.skip_rows(lambda: iter(range(10)), 4)) == 4
+    with pytest.raises(ValueError, match="ended after 3 rows, but the checkpoint had consumed 5"):
+        rl.skip_rows(range(3), 5)

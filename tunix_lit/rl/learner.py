@@ -5,17 +5,17 @@
 # %% auto #0
 __all__ = ['EXAMPLE_FIELDS', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_sizes', 'RewardError', 'call_reward_fn',
            'compute_rewards', 'check_algo_inputs', 'example_to_batch', 'batch_to_example', 'RLTrainer', 'RLResult',
-           'RLLearner', 'policy_logps', 'repeat_rows']
+           'RLLearner', 'repeat_rows', 'policy_logps', 'skip_rows']
 
-# %% ../../nbs/31_rl_learner.ipynb #5860f02a
+# %% ../../nbs/31_rl_learner.ipynb #d22d2229
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
 # thread with a bounded queue, μ passes per mini-batch and one sync per global step. Differs on
 # purpose: max_steps and eval_every_n_steps count global steps; rollouts use keys derived from
 # (seed, step), so a resumed run samples exactly what the uninterrupted one did; a reward function
-# that fails is named with the prompt it failed on; NaN rewards are excluded and counted.
+# that fails is named with the prompt it failed on; NaN rewards are excluded and counted; old
+# log-probs are attached only when some update is off-policy (μ > 1 or several mini-batches).
 # Leaves out: sequence packing. Chapter 33 adds a critic trainer to `trainers`.
 import dataclasses
-import inspect
 import itertools
 import math
 import queue
@@ -23,20 +23,20 @@ import signal
 import threading
 import time
 import warnings
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from fastcore.basics import patch
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..sft import trainer as sft
 
-# %% ../../nbs/31_rl_learner.ipynb #4a42665d
+# %% ../../nbs/31_rl_learner.ipynb #2ab3b653
 @dataclasses.dataclass(frozen=True)
 class RLTrainingConfig:
     """Sizes and schedule of an RL run: the batch cascade (in prompts), steps, eval, logs, checkpoints."""
@@ -68,7 +68,7 @@ class RLTrainingConfig:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"RLTrainingConfig.{name} must be a positive integer, got {v!r}")
 
-
+# %% ../../nbs/31_rl_learner.ipynb #34301e61
 @dataclasses.dataclass(frozen=True)
 class BatchSizes:
     """The resolved cascade, in prompts."""
@@ -110,7 +110,7 @@ def resolve_batch_sizes(cfg: RLTrainingConfig) -> BatchSizes:
                          f"a multiple of train_micro_batch_size={micro}; raise the rollout or log-prob micro size")
     return BatchSizes(full, mini, micro, rollout, logps)
 
-# %% ../../nbs/31_rl_learner.ipynb #9b3d09be
+# %% ../../nbs/31_rl_learner.ipynb #92dd1210
 class RewardError(RuntimeError):
     """A reward function raised or returned something unusable."""
 
@@ -148,7 +148,7 @@ def _first_failing_row(fn, prompts, completions, columns) -> Optional[int]:
             return i
     return None
 
-
+# %% ../../nbs/31_rl_learner.ipynb #395775db
 def compute_rewards(reward_fns: Sequence[Callable], prompts, completions, columns: dict) -> tuple[np.ndarray, dict]:
     """Sum of every reward function per row (float32 [N]; NaN if any is NaN) and per-function metrics."""
     per_fn = {_fn_name(fn): call_reward_fn(fn, prompts, completions, columns) for fn in reward_fns}
@@ -166,7 +166,7 @@ def check_algo_inputs(algo_name: str, cluster: RLCluster, reward_fns, beta: floa
         raise ValueError(f"beta={beta} needs a reference model: build the RLCluster with reference='actor' "
                          "(or a model), or set beta=0")
 
-# %% ../../nbs/31_rl_learner.ipynb #578d2299
+# %% ../../nbs/31_rl_learner.ipynb #cfa037d6
 EXAMPLE_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_logps",
                   "ref_logps", "returns", "old_values")
 
@@ -180,7 +180,7 @@ def batch_to_example(batch: dict) -> common.TrainExample:
     """The TrainExample of a batch dict (missing optional fields are None)."""
     return common.TrainExample(**{k: batch.get(k) for k in EXAMPLE_FIELDS})
 
-
+# %% ../../nbs/31_rl_learner.ipynb #f7d89b66
 class RLTrainer(sft.PeftTrainer):
     """The PeftTrainer driven one optimizer update at a time by an RL learner, on TrainExample batches."""
 
@@ -191,83 +191,30 @@ class RLTrainer(sft.PeftTrainer):
         # donate=False when another role reads the actor's arrays: new parameters then go to new buffers
         super().__init__(model, optimizer, config, loss_fn=loss_fn, mesh=mesh, trainable=trainable, donate=donate)
 
-    def update(self, micro_batches: Sequence[dict]) -> None:
-        """One optimizer update on `accumulation` micro-batches (dicts of [b, ...] arrays); metrics stay on device."""
-        batch = self._prepare(list(micro_batches))
-        self._carry, metrics = self._train_step(self._carry, self._frozen, batch)
-        self._stale = True
-        self.step += 1
-        self._pending.append((self.step, metrics))
+# %% ../../nbs/31_rl_learner.ipynb #f1568ce3
+@patch
+def update(self: RLTrainer, micro_batches: Sequence[dict]) -> None:
+    """One optimizer update on `accumulation` micro-batches (dicts of [b, ...] arrays); metrics stay on device."""
+    self.apply_update(self.prepare(list(micro_batches)))
 
-    def pop_metrics(self) -> list[dict]:
-        """Host floats of every update since the last call (one transfer); a NaN loss raises NonFiniteLossError."""
-        if not self._pending:
-            return []
-        steps, values = zip(*self._pending)
-        self._pending = []
-        rows = []
-        for step, row in zip(steps, jax.device_get(list(values))):
-            row = {k: float(v) for k, v in row.items()}
-            if not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])):
-                self._on_non_finite(step, row)
-            rows.append(row)
-        return rows
+# %% ../../nbs/31_rl_learner.ipynb #4f83ee59
+@patch
+def save_to(self: RLTrainer, checkpointer, step: int, data_position: int) -> None:
+    """Write this trainer's parameters, optimizer state, key and update count as `step` of `checkpointer`."""
+    checkpointer.save(step, nnx.state(self.model, self.wrt), nnx.state(self.optimizer),
+                      data_position=data_position, rng=self.rng, kind=self.trainable,
+                      extra={"updates": self.step, "global_step": step})
 
-    def rng(self) -> jax.Array:
-        """The trainer's current RNG key."""
-        return self._carry[1]
 
-    def load(self, params: nnx.State, opt_state: nnx.State, rng: jax.Array, step: int) -> None:
-        """Put restored parameters, optimizer state, key and update count in place."""
-        self._sync()
-        nnx.update(self._model, params)
-        nnx.update(self._optimizer, opt_state)
-        state = nnx.state((self._model, self._optimizer), self._donated)
-        self._carry = self._place((state, rng, jnp.zeros((), bool)))
-        self.step = step
+@patch
+def restore_from(self: RLTrainer, checkpointer, step: Optional[int] = None):
+    """Load the newest good step (or `step`) of `checkpointer` into this trainer; its record, or None."""
+    restored = checkpointer.restore(nnx.state(self.model, self.wrt), nnx.state(self.optimizer), step=step)
+    if restored is not None:
+        self.load_state(restored.params, restored.opt_state, restored.rng, int(restored.meta.get("updates", 0)))
+    return restored
 
-    def save_to(self, checkpointer, step: int, data_position: int) -> None:
-        """Write this trainer's parameters, optimizer state, key and update count as `step` of `checkpointer`."""
-        self._sync()
-        checkpointer.save(step, nnx.state(self._model, self.wrt), nnx.state(self._optimizer),
-                          data_position=data_position, rng=self.rng(), kind=self.trainable,
-                          extra={"updates": self.step, "global_step": step})
-
-    def restore_from(self, checkpointer, step: Optional[int] = None):
-        """Load the newest good step (or `step`) of `checkpointer` into this trainer; its record, or None."""
-        self._sync()
-        restored = checkpointer.restore(nnx.state(self._model, self.wrt), nnx.state(self._optimizer), step=step)
-        if restored is not None:
-            self.load(restored.params, restored.opt_state, restored.rng, int(restored.meta.get("updates", 0)))
-            self._sync()
-        return restored
-
-    def _prepare(self, micro: list) -> dict:
-        keys = sorted(micro[0])
-        shapes = {k: np.shape(micro[0][k]) for k in keys}
-        for i, b in enumerate(micro[1:], 1):
-            got = {k: np.shape(b[k]) for k in sorted(b)}
-            if got != shapes:
-                raise ValueError(f"micro-batch {i} has shapes {got}, expected {shapes} like micro-batch 0")
-        if self._signature is None:
-            self._signature = shapes
-        elif shapes != self._signature:
-            raise ValueError(f"batch shapes {shapes} differ from the first batch's {self._signature}; keep "
-                             "max_prompt_length and max_new_tokens fixed so the step compiles once")
-        stacked = len(micro) > 1
-        batch = {k: np.stack([np.asarray(b[k]) for b in micro]) if stacked else micro[0][k] for k in keys}
-        if self.mesh is None:
-            return jax.device_put(batch)
-        present = tuple(a for a in self.config.data_axes if a in self.mesh.shape)
-        rows = shapes[keys[0]][0]
-        size = math.prod(self.mesh.shape[a] for a in present)
-        while present and rows % size:
-            present = present[:-1]
-            size = math.prod(self.mesh.shape[a] for a in present)
-        spec = P(*([None] * stacked), present or None)
-        return jax.device_put(batch, NamedSharding(self.mesh, spec))
-
-# %% ../../nbs/31_rl_learner.ipynb #0a2a1978
+# %% ../../nbs/31_rl_learner.ipynb #ffb58fed
 @dataclasses.dataclass
 class RLResult:
     """How `train` ended."""
@@ -277,14 +224,6 @@ class RLResult:
     stop_reason: str  # 'max_steps' | 'data_exhausted' | 'sigterm' | 'requested'
     metrics: dict  # the last global step's metrics
     eval_metrics: dict
-
-
-_DONE = object()  # the producer's end-of-data marker
-
-
-class _Failed:
-    def __init__(self, err):
-        self.err = err
 
 
 class RLLearner:
@@ -328,224 +267,81 @@ class RLLearner:
         """Loss of one train micro-batch as a LossOutput (a sum and its weight)."""
         raise NotImplementedError
 
-    # -- the loop ------------------------------------------------------------------------------------------
-    def request_stop(self, reason: str = "requested") -> None:
-        """Finish the current global step, save, and return from `train`."""
-        self._stop_reason = reason
+# %% ../../nbs/31_rl_learner.ipynb #39707bfd
+def repeat_rows(rows: Sequence[dict], G: int) -> tuple[list[str], dict]:
+    """Each row's prompt G times, adjacent ([p0, p0, p1, p1, ...]), and every other column repeated alike."""
+    if not rows:
+        raise ValueError("no rows to repeat")
+    missing = [i for i, r in enumerate(rows) if "prompt" not in r]
+    if missing:
+        raise ValueError(f"dataset row {missing[0]} has no 'prompt' key (keys: {sorted(rows[missing[0]])})")
+    prompts = [r["prompt"] for r in rows for _ in range(G)]
+    columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+    return prompts, columns
 
-    def train(self, dataset, eval_dataset=None) -> RLResult:
-        """Run global steps until max_steps, the end of the data, or a stop request (resuming first if asked)."""
-        cfg = self.config
-        if cfg.resume and not self._resumed:
-            self.restore_checkpoint()
-        self._resumed = True
-        start, eval_metrics, last = self.step, {}, {}
-        rows = _skip(dataset, self.data_position)
-        q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
-        may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
-        stop = threading.Event()
-        producer = threading.Thread(target=self._produce, args=(rows, q, may_start, stop), daemon=True,
-                                    name="rl-producer")
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc="rl", unit="step")
-        self._stop_reason, reason = None, "max_steps"
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, lambda *_: self.request_stop("sigterm"))
-        producer.start()
-        try:
-            while self.step < cfg.max_steps:
-                got = self._consume_step(q)
-                if got is None:
-                    reason = "data_exhausted"
+def policy_logps(model, batch: dict, *, temperature: float, entropy: bool):
+    """(log-probs [b, T], entropy [b, T] or None) of a train micro-batch's completions under `model`."""
+    out = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+                                          batch["completion_mask"], temperature=temperature, return_entropy=entropy)
+    return out if entropy else (out, None)
+
+# %% ../../nbs/31_rl_learner.ipynb #680059b4
+_DONE = object()  # the producer's end-of-data marker
+
+
+class _Failed:
+    def __init__(self, err):
+        self.err = err
+
+
+@patch
+def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event) -> None:
+    """Producer thread: for each global step, wait for the sync, then emit its train micro-batches."""
+    s, step, position = self.sizes, self.step, self.data_position
+    needed = s.full // s.train_micro  # train micro-batches per global step
+    try:
+        while not stop.is_set():
+            may_start.acquire()
+            if stop.is_set():
+                return
+            self.cluster.mark_policy()  # the weights every rollout of this step must come from
+            self.cluster.pop_logp_gap()  # a gap measured outside the loop belongs to no step
+            self.start_step(step)
+            t0, metrics, emitted = time.perf_counter(), [], 0
+            step_rows = list(itertools.islice(rows, s.full))  # all of the step's prompts, or none trained
+            if len(step_rows) < s.full:
+                _put(q, _DONE, stop)
+                return
+            position += s.full
+            for chunk in itertools.count():
+                # a filtering algorithm (dynamic sampling) may draw extra chunks to fill the step
+                if emitted >= needed or chunk >= s.full // s.service + self.extra_chunks():
                     break
-                self.step += 1
-                self.data_position = got["data_position"]
-                last = got["metrics"]
-                may_start.release()  # the rollout has this step's weights: the next step may generate
-                self.metrics.write(self.step, last)
-                bar.update(1)
-                bar.set_postfix(reward=f"{last.get('rewards/mean', float('nan')):.3f}", refresh=False)
-                is_last = self.step == cfg.max_steps or self._stop_reason is not None
-                if eval_dataset is not None and cfg.eval_every_n_steps and self.step % cfg.eval_every_n_steps == 0:
-                    eval_metrics = self.evaluate(eval_dataset)
-                if self._checkpointer is not None and (self.step % cfg.save_every_n_steps == 0 or is_last):
-                    self.save_checkpoint()
-                if self._stop_reason is not None:
-                    reason = self._stop_reason
-                    break
-        finally:
-            stop.set()
-            may_start.release()
-            _drain(q)
-            producer.join(timeout=60)
-            bar.close()
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-        if self._checkpointer is not None and self.step > start and self.step not in self._checkpointer.steps():
-            self.save_checkpoint()
-        return RLResult(start, self.step, reason, last, eval_metrics)
-
-    def _produce(self, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event) -> None:
-        """Producer thread: for each global step, wait for the sync, then emit its train micro-batches."""
-        s, step, position = self.sizes, self.step, self.data_position
-        needed = s.full // s.train_micro  # train micro-batches per global step
-        try:
-            while not stop.is_set():
-                may_start.acquire()
-                if stop.is_set():
-                    return
-                self.cluster.mark_policy()  # the weights every rollout of this step must come from
-                self.cluster.pop_logp_gap()  # a gap measured outside the loop belongs to no step
-                self.start_step(step)
-                t0, metrics, emitted = time.perf_counter(), [], 0
-                step_rows = list(itertools.islice(rows, s.full))  # all of the step's prompts, or none trained
-                if len(step_rows) < s.full:
-                    _put(q, _DONE, stop)
-                    return
-                position += s.full
-                for chunk in itertools.count():
-                    # a filtering algorithm (dynamic sampling) may draw extra chunks to fill the step
-                    if emitted >= needed or chunk >= s.full // s.service + self.extra_chunks():
+                if chunk < s.full // s.service:
+                    batch = step_rows[chunk * s.service:(chunk + 1) * s.service]
+                else:
+                    batch = list(itertools.islice(rows, s.service))
+                    if len(batch) < s.service:  # the data ran out while refilling: train what we have
                         break
-                    if chunk < s.full // s.service:
-                        batch = step_rows[chunk * s.service:(chunk + 1) * s.service]
-                    else:
-                        batch = list(itertools.islice(rows, s.service))
-                        if len(batch) < s.service:  # the data ran out while refilling: train what we have
-                            break
-                        position += len(batch)
-                    micro, m = self.make_experience(batch, step, chunk)
-                    metrics.append(m)
-                    for mb in micro[:needed - emitted]:
-                        if stop.is_set():
-                            return
-                        _put(q, ("micro", mb), stop)
-                        emitted += 1
-                step += 1
-                summary = _mean_metrics(metrics)
-                summary["time/experience_s"] = time.perf_counter() - t0
-                summary["micro_batches/missing"] = float(needed - emitted)
-                self._log_gap(summary)
-                _put(q, ("end", {"data_position": position, "metrics": summary}), stop)
-        except BaseException as err:  # handed to the main thread, which raises it with this traceback
-            _put(q, _Failed(err), stop)
+                    position += len(batch)
+                micro, m = self.make_experience(batch, step, chunk)
+                metrics.append(m)
+                for mb in self.attach_old_logps(micro[:needed - emitted]):
+                    if stop.is_set():
+                        return
+                    _put(q, ("micro", mb), stop)
+                    emitted += 1
+            step += 1
+            summary = _mean_metrics(metrics)
+            summary["time/experience_s"] = time.perf_counter() - t0
+            summary["micro_batches/missing"] = float(needed - emitted)
+            self._log_gap(summary)
+            _put(q, ("end", {"data_position": position, "metrics": summary}), stop)
+    except BaseException as err:  # handed to the main thread, which raises it with this traceback
+        _put(q, _Failed(err), stop)
 
-    def _log_gap(self, summary: dict) -> None:
-        """Add rollout_logp_gap (max |engine − actor| log-prob over the step's tokens); say once if there is none."""
-        gap = self.cluster.pop_logp_gap()
-        if gap is not None:
-            summary["rollout_logp_gap"] = gap
-            return
-        engine, measured = self.cluster.rollout, self.cluster.rollout_config.measure_logp_gap
-        summary["rollout_logp_gap"] = None  # logged as null: nothing to compare
-        if not self._gap_warned and not (engine.returns_logprobs and measured):  # else: nothing went through generate
-            self._gap_warned = True
-            why = ("returns no log-probs" if not engine.returns_logprobs
-                   else "is not measured (RolloutConfig.measure_logp_gap=False)")
-            warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
-                          "rollout_logp_gap is logged as null", stacklevel=2)
-
-    def start_step(self, step: int) -> None:
-        """Called by the producer before a global step's first chunk (algorithms reset per-step state here)."""
-
-    def extra_chunks(self) -> int:
-        """Service chunks a step may draw beyond Bf/service when the algorithm filters rows (0 = never)."""
-        return 0
-
-    def _consume_step(self, q: queue.Queue) -> Optional[dict]:
-        """Train on one global step's micro-batches: μ updates per mini-batch, then sync; None at end of data."""
-        A, mu = self.sizes.accumulation, self.num_iterations
-        pending, t_update = [], 0.0
-        while True:
-            item = q.get()
-            if item is _DONE:
-                return None
-            if isinstance(item, _Failed):
-                raise RuntimeError(f"preparing RL experience failed at global step {self.step + 1}: "
-                                   f"{type(item.err).__name__}: {item.err}") from item.err
-            kind, payload = item
-            if kind == "micro":
-                pending.append(payload)
-                if len(pending) == A:
-                    t0 = time.perf_counter()
-                    for _ in range(mu):
-                        for trainer in self.trainers.values():
-                            trainer.update(pending)
-                    pending = []
-                    t_update += time.perf_counter() - t0
-                continue
-            # "end": the step's experience is complete; a partial mini-batch (dynamic sampling ran dry) is dropped
-            t0 = time.perf_counter()
-            rows = {name: t.pop_metrics() for name, t in self.trainers.items()}  # waits; raises on a NaN loss
-            for trainer in self.trainers.values():
-                trainer._sync()
-            synced = self.cluster.sync_weights()
-            t_sync = time.perf_counter() - t0
-            metrics = dict(payload["metrics"])
-            for name, r in rows.items():
-                metrics.update({f"{name}/{k}": v for k, v in _mean_metrics(r).items()})
-            metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
-                            "sync/seconds": float(self.cluster.last_sync.seconds),
-                            "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending))})
-            return {"data_position": payload["data_position"], "metrics": metrics}
-
-    # -- eval and checkpoints -----------------------------------------------------------------------------
-    def evaluate(self, dataset, *, max_new_tokens: Optional[int] = None) -> dict:
-        """Greedy completions for every row of `dataset`: mean of each reward and metric function."""
-        rows = list(dataset() if callable(dataset) else dataset)
-        if not rows:
-            return {}
-        prompts = [r["prompt"] for r in rows]
-        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
-        cfg = self.cluster.rollout_config
-        ids = [np.asarray(self.cluster.tokenizer.encode(p), np.int32) for p in prompts]
-        out = self.cluster.rollout.generate(ids, max_new_tokens or cfg.max_new_tokens, temperature=0.0,
-                                            stop_tokens=cfg.stop_tokens)  # greedy, on whichever engine rolls out
-        metrics = {}
-        if self.reward_fns:
-            total, m = compute_rewards(self.reward_fns, prompts, out.text, columns)
-            metrics.update(m)
-            metrics["rewards/mean"] = float(np.nanmean(total))
-        for fn in self.metric_fns:
-            metrics[_fn_name(fn)] = float(np.mean(call_reward_fn(fn, prompts, out.text, columns)))
-        self.metrics.write(self.step, metrics, mode="eval")
-        return metrics
-
-    def save_checkpoint(self) -> None:
-        """Trainable params, optimizer state, trainer key, global step and rows consumed (atomic, keep-N)."""
-        if self._checkpointer is None:
-            raise ValueError("no checkpoint_dir in the RLTrainingConfig; set one to save checkpoints")
-        self.trainer.save_to(self._checkpointer, self.step, self.data_position)
-
-    def restore_checkpoint(self) -> Optional[int]:
-        """Load the newest good checkpoint into the actor, optimizer and loop position; its step, or None."""
-        if self._checkpointer is None:
-            return None
-        restored = self.trainer.restore_from(self._checkpointer)
-        if restored is None:
-            return None
-        self.step, self.data_position = restored.step, restored.data_position
-        self.cluster.sync_weights()  # the rollout must generate with the restored weights
-        return restored.step
-
-    def close(self) -> None:
-        """Flush metrics and wait for checkpoint writes."""
-        self.metrics.close()
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-
-
-def _skip(dataset, n: int):
-    it = iter(dataset() if callable(dataset) else dataset)
-    for i in range(n):
-        if next(it, _DONE) is _DONE:
-            raise ValueError(f"the dataset ended after {i} rows, but the checkpoint had consumed {n}; resume with "
-                             "the same data")
-    return it
-
-
+# %% ../../nbs/31_rl_learner.ipynb #3cbe54d1
 def _put(q: queue.Queue, item, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
@@ -571,21 +367,221 @@ def _mean_metrics(rows: Sequence[dict]) -> dict:
         out[k] = float(np.nanmean(vals)) if vals and np.isfinite(vals).any() else float("nan")
     return out
 
-
-def policy_logps(model, batch: dict, *, temperature: float, entropy: bool):
-    """(log-probs [b, T], entropy [b, T] or None) of a train micro-batch's completions under `model`."""
-    out = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
-                                          batch["completion_mask"], temperature=temperature, return_entropy=entropy)
-    return out if entropy else (out, None)
+# %% ../../nbs/31_rl_learner.ipynb #36b621e3
+@patch
+def start_step(self: RLLearner, step: int) -> None:
+    """Called by the producer before a global step's first chunk (algorithms reset per-step state here)."""
 
 
-def repeat_rows(rows: Sequence[dict], G: int) -> tuple[list[str], dict]:
-    """Each row's prompt G times, adjacent ([p0, p0, p1, p1, ...]), and every other column repeated alike."""
+@patch
+def extra_chunks(self: RLLearner) -> int:
+    """Service chunks a step may draw beyond Bf/service when the algorithm filters rows (0 = never)."""
+    return 0
+
+# %% ../../nbs/31_rl_learner.ipynb #7443821a
+@patch
+def _log_gap(self: RLLearner, summary: dict) -> None:
+    """Add rollout_logp_gap (max |engine − actor| log-prob over the step's tokens); say once if there is none."""
+    gap = self.cluster.pop_logp_gap()
+    if gap is not None:
+        summary["rollout_logp_gap"] = gap
+        return
+    engine, measured = self.cluster.rollout, self.cluster.rollout_config.measure_logp_gap
+    summary["rollout_logp_gap"] = None  # logged as null: nothing to compare
+    if not self._gap_warned and not (engine.returns_logprobs and measured):  # else: nothing went through generate
+        self._gap_warned = True
+        why = ("returns no log-probs" if not engine.returns_logprobs
+               else "is not measured (RolloutConfig.measure_logp_gap=False)")
+        warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
+                      "rollout_logp_gap is logged as null", stacklevel=2)
+
+# %% ../../nbs/31_rl_learner.ipynb #994d1421
+@patch(as_prop=True)
+def needs_old_logps(self: RLLearner) -> bool:
+    """True when some update of a step sees moved weights: μ > 1, or several mini-batches per global step."""
+    return self.num_iterations > 1 or self.sizes.mini < self.sizes.full
+
+
+@patch
+def attach_old_logps(self: RLLearner, micro: list[dict]) -> list[dict]:
+    """Give each micro-batch lacking it `old_logps` [b, T] under the rollout's weights, when `needs_old_logps`."""
+    if not self.needs_old_logps:
+        return micro
+    out = []
+    for mb in micro:
+        if "old_logps" not in mb:
+            # a multi-turn batch attends to its observations too (chapter 53); only completion_mask carries loss
+            seen = mb.get("completion_attention", mb["completion_mask"])
+            ro = Rollout(mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], seen, None, [], None)
+            logps = np.asarray(self.cluster.rollout_logps(ro), np.float32)
+            mb = {**mb, "old_logps": logps * np.asarray(mb["completion_mask"], np.float32)}
+        out.append(mb)
+    return out
+
+# %% ../../nbs/31_rl_learner.ipynb #ba38bf8b
+@patch
+def _consume_step(self: RLLearner, q: queue.Queue) -> Optional[dict]:
+    """Train on one global step's micro-batches: μ updates per mini-batch, then sync; None at end of data."""
+    A, mu = self.sizes.accumulation, self.num_iterations
+    pending, t_update = [], 0.0
+    while True:
+        item = q.get()
+        if item is _DONE:
+            return None
+        if isinstance(item, _Failed):
+            raise RuntimeError(f"preparing RL experience failed at global step {self.step + 1}: "
+                               f"{type(item.err).__name__}: {item.err}") from item.err
+        kind, payload = item
+        if kind == "micro":
+            pending.append(payload)
+            if len(pending) == A:
+                t0 = time.perf_counter()
+                for _ in range(mu):
+                    for trainer in self.trainers.values():
+                        trainer.update(pending)
+                pending = []
+                t_update += time.perf_counter() - t0
+            continue
+        # "end": the step's experience is complete; a partial mini-batch (dynamic sampling ran dry) is dropped
+        t0 = time.perf_counter()
+        rows = {name: t.pop_metrics() for name, t in self.trainers.items()}  # waits; raises on a NaN loss
+        for trainer in self.trainers.values():
+            trainer.sync_model()
+        synced = self.sync_rollout()
+        t_sync = time.perf_counter() - t0
+        metrics = dict(payload["metrics"])
+        for name, r in rows.items():
+            metrics.update({f"{name}/{k}": v for k, v in _mean_metrics(r).items()})
+        metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
+                        "sync/seconds": float(self.cluster.last_sync.seconds),
+                        "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending))})
+        return {"data_position": payload["data_position"], "metrics": metrics}
+
+# %% ../../nbs/31_rl_learner.ipynb #86db497b
+@patch
+def sync_rollout(self: RLLearner) -> int:
+    """Give the rollout engine the actor's current weights now; the bytes moved. Override to lock or version it."""
+    return self.cluster.sync_weights()
+
+# %% ../../nbs/31_rl_learner.ipynb #df5cd5a4
+@patch
+def evaluate(self: RLLearner, dataset, *, max_new_tokens: Optional[int] = None) -> dict:
+    """Greedy completions for every row of `dataset`: mean of each reward and metric function."""
+    rows = list(dataset() if callable(dataset) else dataset)
     if not rows:
-        raise ValueError("no rows to repeat")
-    missing = [i for i, r in enumerate(rows) if "prompt" not in r]
-    if missing:
-        raise ValueError(f"dataset row {missing[0]} has no 'prompt' key (keys: {sorted(rows[missing[0]])})")
-    prompts = [r["prompt"] for r in rows for _ in range(G)]
-    columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-    return prompts, columns
+        return {}
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+    cfg = self.cluster.rollout_config
+    ids = [np.asarray(self.cluster.tokenizer.encode(p), np.int32) for p in prompts]
+    out = self.cluster.rollout.generate(ids, max_new_tokens or cfg.max_new_tokens, temperature=0.0,
+                                        stop_tokens=cfg.stop_tokens)  # greedy, on whichever engine rolls out
+    metrics = {}
+    if self.reward_fns:
+        total, m = compute_rewards(self.reward_fns, prompts, out.text, columns)
+        metrics.update(m)
+        metrics["rewards/mean"] = float(np.nanmean(total))
+    for fn in self.metric_fns:
+        metrics[_fn_name(fn)] = float(np.mean(call_reward_fn(fn, prompts, out.text, columns)))
+    self.metrics.write(self.step, metrics, mode="eval")
+    return metrics
+
+# %% ../../nbs/31_rl_learner.ipynb #7541ce3b
+@patch
+def save_checkpoint(self: RLLearner) -> None:
+    """Trainable params, optimizer state, trainer key, global step and rows consumed (atomic, keep-N)."""
+    if self._checkpointer is None:
+        raise ValueError("no checkpoint_dir in the RLTrainingConfig; set one to save checkpoints")
+    self.trainer.save_to(self._checkpointer, self.step, self.data_position)
+
+
+@patch
+def restore_checkpoint(self: RLLearner) -> Optional[int]:
+    """Load the newest good checkpoint into the actor, optimizer and loop position; its step, or None."""
+    if self._checkpointer is None:
+        return None
+    restored = self.trainer.restore_from(self._checkpointer)
+    if restored is None:
+        return None
+    self.step, self.data_position = restored.step, restored.data_position
+    self.sync_rollout()  # the rollout must generate with the restored weights
+    return restored.step
+
+
+@patch
+def close(self: RLLearner) -> None:
+    """Flush metrics and wait for checkpoint writes."""
+    self.metrics.close()
+    if self._checkpointer is not None:
+        self._checkpointer.close()
+
+# %% ../../nbs/31_rl_learner.ipynb #271677e8
+@patch
+def request_stop(self: RLLearner, reason: str = "requested") -> None:
+    """Finish the current global step, save, and return from `train`."""
+    self._stop_reason = reason
+
+
+def skip_rows(dataset, n: int):
+    """An iterator over `dataset` (an iterable, or a callable returning one) after its first `n` rows."""
+    it = iter(dataset() if callable(dataset) else dataset)
+    for i in range(n):
+        if next(it, _DONE) is _DONE:
+            raise ValueError(f"the dataset ended after {i} rows, but the checkpoint had consumed {n}; resume with "
+                             "the same data")
+    return it
+
+# %% ../../nbs/31_rl_learner.ipynb #e038c021
+@patch
+def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
+    """Run global steps until max_steps, the end of the data, or a stop request (resuming first if asked)."""
+    cfg = self.config
+    if cfg.resume and not self._resumed:
+        self.restore_checkpoint()
+    self._resumed = True
+    start, eval_metrics, last = self.step, {}, {}
+    q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
+    may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
+    stop = threading.Event()
+    producer = threading.Thread(target=self._produce, args=(skip_rows(dataset, self.data_position), q, may_start,
+                                                            stop), daemon=True, name="rl-producer")
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc="rl", unit="step")
+    self._stop_reason, reason = None, "max_steps"
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: self.request_stop("sigterm"))
+    producer.start()
+    try:
+        while self.step < cfg.max_steps:
+            got = self._consume_step(q)
+            if got is None:
+                reason = "data_exhausted"
+                break
+            self.step += 1
+            self.data_position = got["data_position"]
+            last = got["metrics"]
+            may_start.release()  # the rollout has this step's weights: the next step may generate
+            self.metrics.write(self.step, last)
+            bar.update(1)
+            bar.set_postfix(reward=f"{last.get('rewards/mean', float('nan')):.3f}", refresh=False)
+            is_last = self.step == cfg.max_steps or self._stop_reason is not None
+            if eval_dataset is not None and cfg.eval_every_n_steps and self.step % cfg.eval_every_n_steps == 0:
+                eval_metrics = self.evaluate(eval_dataset)
+            if self._checkpointer is not None and (self.step % cfg.save_every_n_steps == 0 or is_last):
+                self.save_checkpoint()
+            if self._stop_reason is not None:
+                reason = self._stop_reason
+                break
+    finally:
+        stop.set()
+        may_start.release()
+        _drain(q)
+        producer.join(timeout=60)
+        bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if self._checkpointer is not None and self.step > start and self.step not in self._checkpointer.steps():
+        self.save_checkpoint()
+    return RLResult(start, self.step, reason, last, eval_metrics)
