@@ -271,3 +271,13 @@ def test_bad_inputs_name_the_problem():
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PPOConfig(**kwargs)
+
+
+def test_fractional_scores_stay_fractional_in_the_token_rewards():
+    """A partial-credit score of 0.1 sits on the last trained token as 0.1 (upstream's integer buffer would make it 0)."""
+    mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], np.int32)
+    scores = np.array([0.1, 0.75], np.float32)
+    _, _, rewards = ppo_advantages(scores, np.zeros((2, 4), np.float32), mask, whiten=False)
+    expected = np.zeros((2, 4), np.float32)
+    expected[0, 2], expected[1, 3] = 0.1, 0.75
+    np.testing.assert_allclose(np.asarray(rewards), expected, atol=1e-7)

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ValueModel', 'critic_from', 'PPOConfig', 'ppo_advantages', 'PPOLearner']
 
-# %% ../../nbs/33_ppo.ipynb #fba6af36
+# %% ../../nbs/33_ppo.ipynb #784a7e61
 # Follows upstream Tunix's PPOLearner in its pieces: a value model with a scalar head on the
 # backbone's hidden states, the sequence score on the last token, a KL penalty folded into the
 # token rewards, GAE with whitening, the clipped surrogate and the clipped value loss. Differs on
@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from fastcore.basics import patch
 from flax import nnx
 
 from ..models import transformer as tfm
@@ -32,7 +33,7 @@ from .cluster import RLCluster, Role
 from .learner import RLLearner, check_algo_inputs, RLTrainer, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
 from ..sft.trainer import LossOutput
 
-# %% ../../nbs/33_ppo.ipynb #d6897bb2
+# %% ../../nbs/33_ppo.ipynb #49b80773
 class ValueModel(nnx.Module):
     """A critic: a Transformer backbone and a linear value head giving V(prefix) at every position."""
 
@@ -74,7 +75,7 @@ def critic_from(model: tfm.Transformer, *, head_init_std: float = 0.0, seed: int
         del backbone.lm_head  # never used by the critic: no memory, no optimizer state for it
     return ValueModel(backbone, head_init_std=head_init_std, rngs=nnx.Rngs(seed))
 
-# %% ../../nbs/33_ppo.ipynb #baec7127
+# %% ../../nbs/33_ppo.ipynb #7de800e2
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """PPO: discounting and GAE, the KL penalty in the rewards, policy and value clipping, entropy bonus."""
@@ -117,7 +118,7 @@ class PPOConfig:
         if self.entropy_coef > 0 and not self.compute_entropy:
             raise ValueError(f"entropy_coef={self.entropy_coef} needs the entropy: set compute_entropy=True")
 
-# %% ../../nbs/33_ppo.ipynb #b6366965
+# %% ../../nbs/33_ppo.ipynb #159c8672
 def ppo_advantages(scores: jax.Array, values: jax.Array, mask: jax.Array, *, old_logps: Optional[jax.Array] = None,
                    ref_logps: Optional[jax.Array] = None, beta: float = 0.0, kl_estimator: str = "k3",
                    kl_clamp: Optional[float] = None, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
@@ -129,8 +130,9 @@ def ppo_advantages(scores: jax.Array, values: jax.Array, mask: jax.Array, *, old
     adv, returns = algo_core.gae_advantages(rewards, values, mask, gamma=gamma, lam=lam, whiten=whiten)
     return adv, returns, rewards
 
-# %% ../../nbs/33_ppo.ipynb #431937ec
+# %% ../../nbs/33_ppo.ipynb #95c9b3a5
 def _slice(batch: dict, idx) -> dict:
+    """The rows `idx` (a slice) of every array in a batch dict."""
     return {k: v[idx] for k, v in batch.items()}
 
 
@@ -150,7 +152,7 @@ class PPOLearner(RLLearner):
             raise TypeError(f"the cluster's critic must be a ValueModel, got {type(cluster.critic).__name__}")
         check_algo_inputs("PPO", cluster, reward_fns, algo.beta)
         self.algo, self.num_iterations = algo, algo.num_iterations
-        self._values_fn = None
+        self._values_fn = None  # the critic's jitted values(), built on first use
         super().__init__(cluster, optimizer, config, reward_fns=reward_fns, metric_fns=metric_fns)
         # no donation: the producer reads the critic's arrays (values for the next chunk) during updates
         self.critic_trainer = RLTrainer(cluster.critic, critic_optimizer or optimizer, loss_fn=self.critic_loss_fn,
@@ -164,109 +166,125 @@ class PPOLearner(RLLearner):
             self._critic_checkpointer = checkpoint.Checkpointer(Path(config.checkpoint_dir) / "critic",
                                                                 max_to_keep=config.max_to_keep)
 
-    def make_experience(self, rows, step, chunk):
-        """Generate one completion per prompt, score, add log-probs and values, GAE; split into micro-batches."""
-        algo, sizes, cl = self.algo, self.sizes, self.cluster
-        t0 = time.perf_counter()
-        prompts, columns = repeat_rows(rows, 1)
-        ro = cl.generate(prompts, micro_batch_size=sizes.rollout_micro, seed=step * 10_000 + chunk)
-        t_gen = time.perf_counter() - t0
-        scores, metrics = compute_rewards(self.reward_fns, prompts, ro.text, columns)
-        finite = np.isfinite(scores)
-        mask = (ro.completion_mask * finite[:, None]).astype(np.int32)  # a row without a usable score is not trained
-        t1 = time.perf_counter()
-        mb = sizes.logps_micro
-        old_logps = np.asarray(cl.rollout_logps(ro, micro_batch_size=mb)) * mask
-        ref_logps = np.asarray(cl.reference_logps(ro, micro_batch_size=mb)) * mask if algo.beta > 0 else None
-        values = self._critic_values(ro, mb) * mask
-        t_logps = time.perf_counter() - t1
-        adv, returns, rewards = ppo_advantages(
-            np.where(finite, scores, 0.0), values, mask, old_logps=old_logps, ref_logps=ref_logps, beta=algo.beta,
-            kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, gamma=algo.gamma, lam=algo.gae_lambda,
-            whiten=algo.whiten_advantages)
-        batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
-                     completion_mask=mask, advantages=np.asarray(adv, np.float32), old_logps=old_logps,
-                     returns=np.asarray(returns, np.float32), old_values=values)
-        metrics.update(self._experience_metrics(scores, ro, mask, values, returns, rewards, ref_logps, old_logps))
-        metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, t_logps
-        for fn in self.metric_fns:
-            metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
-                                                                          **columns)))
-        n, N = sizes.train_micro, len(prompts)
-        return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
+# %% ../../nbs/33_ppo.ipynb #65f9741d
+@patch
+def make_experience(self: PPOLearner, rows, step, chunk):
+    """Generate one completion per prompt, score, add log-probs and values, GAE; split into micro-batches."""
+    algo, sizes, cl = self.algo, self.sizes, self.cluster
+    t0 = time.perf_counter()
+    prompts, columns = repeat_rows(rows, 1)
+    ro = cl.generate(prompts, micro_batch_size=sizes.rollout_micro, seed=step * 10_000 + chunk)
+    t_gen = time.perf_counter() - t0
+    scores, metrics = compute_rewards(self.reward_fns, prompts, ro.text, columns)
+    finite = np.isfinite(scores)
+    mask = (ro.completion_mask * finite[:, None]).astype(np.int32)  # a row without a usable score is not trained
+    t1 = time.perf_counter()
+    mb = sizes.logps_micro
+    old_logps = np.asarray(cl.rollout_logps(ro, micro_batch_size=mb)) * mask
+    ref_logps = np.asarray(cl.reference_logps(ro, micro_batch_size=mb)) * mask if algo.beta > 0 else None
+    values = self._critic_values(ro, mb) * mask
+    t_logps = time.perf_counter() - t1
+    adv, returns, rewards = ppo_advantages(
+        np.where(finite, scores, 0.0), values, mask, old_logps=old_logps, ref_logps=ref_logps, beta=algo.beta,
+        kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, gamma=algo.gamma, lam=algo.gae_lambda,
+        whiten=algo.whiten_advantages)
+    batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
+                 completion_mask=mask, advantages=np.asarray(adv, np.float32), old_logps=old_logps,
+                 returns=np.asarray(returns, np.float32), old_values=values)
+    metrics.update(self._experience_metrics(scores, ro, mask, values, returns, rewards, ref_logps, old_logps))
+    metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, t_logps
+    for fn in self.metric_fns:
+        metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
+                                                                      **columns)))
+    n, N = sizes.train_micro, len(prompts)
+    return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
 
-    def _experience_metrics(self, scores, ro, mask, values, returns, rewards, ref_logps, old_logps) -> dict:
-        ok = np.isfinite(scores)
-        mean = lambda x: float((np.asarray(x) * mask).sum() / max(mask.sum(), 1))
-        out = {"rewards/mean": float(scores[ok].mean()) if ok.any() else float("nan"),
-               "rewards/max": float(scores[ok].max()) if ok.any() else float("nan"),
-               "rewards/min": float(scores[ok].min()) if ok.any() else float("nan"),
-               "completions/mean_length": float(ro.completion_mask.sum(-1).mean()),
-               "completions/finished": float(ro.finished.mean()),
-               "critic/values_mean": mean(values), "critic/returns_mean": mean(returns),
-               "rewards/token_mean": mean(rewards)}
-        if ref_logps is not None:
-            out["kl/rollout_ref"] = mean(common.compute_kl(old_logps, ref_logps, self.algo.kl_estimator))
-        return out
+# %% ../../nbs/33_ppo.ipynb #5154912d
+@patch
+def _critic_values(self: PPOLearner, ro, micro_batch_size: int) -> np.ndarray:
+    """The critic's V(s_t) of a rollout, float32 [N, T], in micro-batches on the critic's mesh."""
+    graphdef, state = nnx.split(self.cluster.critic)
+    if self._values_fn is None:
+        self._values_fn = jax.jit(lambda state, *a: nnx.merge(graphdef, state).values(*a))
+    mesh, N = self.cluster.mesh(Role.CRITIC), len(ro)
+    arrays = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+    out = []
+    for s in range(0, N, micro_batch_size):
+        chunk = tuple(np.asarray(a[s:s + micro_batch_size]) for a in arrays)
+        if mesh is None:
+            out.append(self._values_fn(state, *chunk))
+            continue
+        with jax.set_mesh(mesh):
+            out.append(self._values_fn(state, *tfm.put_batch(chunk, mesh)))
+    return np.concatenate([tfm.to_host(o) for o in out]).astype(np.float32)
 
-    def _critic_values(self, ro, micro_batch_size: int) -> np.ndarray:
-        """The critic's V(s_t) of a rollout, float32 [N, T], in micro-batches on the critic's mesh."""
-        graphdef, state = nnx.split(self.cluster.critic)
-        if self._values_fn is None:
-            self._values_fn = jax.jit(lambda state, *a: nnx.merge(graphdef, state).values(*a))
-        mesh, N = self.cluster.mesh(Role.CRITIC), len(ro)
-        arrays = (ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
-        out = []
-        for s in range(0, N, micro_batch_size):
-            chunk = tuple(np.asarray(a[s:s + micro_batch_size]) for a in arrays)
-            spec = rl_cluster._data_spec(mesh, len(chunk[0]))
-            if spec is None:
-                out.append(self._values_fn(state, *chunk))
-                continue
-            with jax.set_mesh(mesh):
-                out.append(self._values_fn(state, *jax.device_put(chunk, spec)))
-        return np.concatenate([np.asarray(o) for o in out]).astype(np.float32)
+# %% ../../nbs/33_ppo.ipynb #e27543ed
+@patch
+def _experience_metrics(self: PPOLearner, scores, ro, mask, values, returns, rewards, ref_logps, old_logps) -> dict:
+    """Reward, length and critic statistics of one chunk of experience (host floats)."""
+    ok = np.isfinite(scores)
+    mean = lambda x: float((np.asarray(x) * mask).sum() / max(mask.sum(), 1))
+    out = {"rewards/mean": float(scores[ok].mean()) if ok.any() else float("nan"),
+           "rewards/max": float(scores[ok].max()) if ok.any() else float("nan"),
+           "rewards/min": float(scores[ok].min()) if ok.any() else float("nan"),
+           "completions/mean_length": float(ro.completion_mask.sum(-1).mean()),
+           "completions/finished": float(ro.finished.mean()),
+           "critic/values_mean": mean(values), "critic/returns_mean": mean(returns),
+           "rewards/token_mean": mean(rewards)}
+    if ref_logps is not None:
+        out["kl/rollout_ref"] = mean(common.compute_kl(old_logps, ref_logps, self.algo.kl_estimator))
+    return out
 
-    def loss_fn(self, model, batch, rng):
-        """The actor's clipped-surrogate loss (+ entropy bonus) of one micro-batch as a LossOutput."""
-        algo = self.algo
-        logps, entropy = policy_logps(model, batch, temperature=self.cluster.rollout_config.temperature,
-                                      entropy=algo.compute_entropy)
-        loss, metrics = algo_core.ppo_policy_loss(
-            logps, batch["old_logps"], batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
-            epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, entropy=entropy,
-            entropy_coef=algo.entropy_coef, loss_agg_mode=algo.loss_agg_mode)
-        weight = metrics.pop("loss_denominator")
-        return LossOutput(loss * weight, weight, metrics)
+# %% ../../nbs/33_ppo.ipynb #52e2f090
+@patch
+def loss_fn(self: PPOLearner, model, batch, rng):
+    """The actor's clipped-surrogate loss (+ entropy bonus) of one micro-batch as a LossOutput."""
+    algo = self.algo
+    logps, entropy = policy_logps(model, batch, temperature=self.cluster.rollout_config.temperature,
+                                  entropy=algo.compute_entropy)
+    loss, metrics = algo_core.ppo_policy_loss(
+        logps, batch["old_logps"], batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
+        epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, entropy=entropy,
+        entropy_coef=algo.entropy_coef, loss_agg_mode=algo.loss_agg_mode)
+    weight = metrics.pop("loss_denominator")
+    return LossOutput(loss * weight, weight, metrics)
 
-    def critic_loss_fn(self, critic, batch, rng):
-        """The critic's clipped value loss of one micro-batch as a LossOutput (a sum over trained tokens, their count)."""
-        mask = batch["completion_mask"]
-        values = critic.values(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask)
-        loss, metrics = algo_core.ppo_value_loss(values, batch["old_values"], batch["returns"], mask,
-                                                 clip_range=self.algo.clip_range_value, loss_agg_mode="token-mean")
-        metrics.pop("vf_loss")  # the trainer logs it as critic/loss
-        n = jnp.sum(mask).astype(jnp.float32)
-        return LossOutput(loss * jnp.maximum(n, 1.0), n, metrics)
 
-    def save_checkpoint(self) -> None:
-        """The actor's checkpoint (chapter 31), then the critic's params and optimizer state at the same step."""
-        super().save_checkpoint()
-        self.critic_trainer.save_to(self._critic_checkpointer, self.step, self.data_position)
+@patch
+def critic_loss_fn(self: PPOLearner, critic, batch, rng):
+    """The critic's clipped value loss of one micro-batch as a LossOutput (a sum over trained tokens, their count)."""
+    mask = batch["completion_mask"]
+    values = critic.values(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], mask)
+    loss, metrics = algo_core.ppo_value_loss(values, batch["old_values"], batch["returns"], mask,
+                                             clip_range=self.algo.clip_range_value, loss_agg_mode="token-mean")
+    metrics.pop("vf_loss")  # the trainer logs it as critic/loss
+    n = jnp.sum(mask).astype(jnp.float32)
+    return LossOutput(loss * jnp.maximum(n, 1.0), n, metrics)
 
-    def restore_checkpoint(self) -> Optional[int]:
-        """Restore the actor (chapter 31) and the critic saved at the same step; its step, or None."""
-        step = super().restore_checkpoint()
-        if step is None or not hasattr(self, "critic_trainer"):
-            return step
-        if step not in self._critic_checkpointer.steps():
-            raise ValueError(f"the actor's checkpoint of step {step} has no critic checkpoint in "
-                             f"{self._critic_checkpointer.directory}; resume needs both")
-        self.critic_trainer.restore_from(self._critic_checkpointer, step=step)
+# %% ../../nbs/33_ppo.ipynb #aa65bceb
+@patch
+def save_checkpoint(self: PPOLearner) -> None:
+    """The actor's checkpoint (chapter 31), then the critic's params and optimizer state at the same step."""
+    super(PPOLearner, self).save_checkpoint()
+    self.critic_trainer.save_to(self._critic_checkpointer, self.step, self.data_position)
+
+
+@patch
+def restore_checkpoint(self: PPOLearner) -> Optional[int]:
+    """Restore the actor (chapter 31) and the critic saved at the same step; its step, or None."""
+    step = super(PPOLearner, self).restore_checkpoint()
+    if step is None or not hasattr(self, "critic_trainer"):  # called before the critic trainer exists: actor only
         return step
+    if step not in self._critic_checkpointer.steps():
+        raise ValueError(f"the actor's checkpoint of step {step} has no critic checkpoint in "
+                         f"{self._critic_checkpointer.directory}; resume needs both")
+    self.critic_trainer.restore_from(self._critic_checkpointer, step=step)
+    return step
 
-    def close(self) -> None:
-        """Flush metrics and wait for the actor's and the critic's checkpoint writes."""
-        super().close()
-        if self._critic_checkpointer is not None:
-            self._critic_checkpointer.close()
+
+@patch
+def close(self: PPOLearner) -> None:
+    """Flush metrics and wait for the actor's and the critic's checkpoint writes."""
+    super(PPOLearner, self).close()
+    if self._critic_checkpointer is not None:
+        self._critic_checkpointer.close()
