@@ -6,7 +6,7 @@
 __all__ = ['TMP_MARKER', 'state_to_tree', 'flatten_tree', 'tree_into_state', 'CheckpointMismatchError', 'find_stale_temporaries',
            'check_fits', 'Restored', 'Checkpointer']
 
-# %% ../../nbs/62_checkpointing.ipynb #2a77226a
+# %% ../../nbs/62_checkpointing.ipynb #cbe69ed6
 import dataclasses
 import logging
 import shutil
@@ -17,9 +17,10 @@ from typing import Any, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from fastcore.basics import patch
 from flax import nnx
 
-# %% ../../nbs/62_checkpointing.ipynb #1e00db7b
+# %% ../../nbs/62_checkpointing.ipynb #d1d91626
 def state_to_tree(state: nnx.State) -> dict:
     """The arrays of an nnx.State as a nested dict with string keys (what orbax writes)."""
     tree: dict = {}
@@ -47,7 +48,7 @@ def tree_into_state(tree: dict, like: nnx.State) -> nnx.State:
     return nnx.from_flat_state([(path, var.replace(flat["/".join(map(str, path))]))
                                 for path, var in nnx.to_flat_state(like)])
 
-# %% ../../nbs/62_checkpointing.ipynb #de62276a
+# %% ../../nbs/62_checkpointing.ipynb #75c9beb7
 TMP_MARKER = ".orbax-checkpoint-tmp"  # orbax writes a step here, then renames it: a leftover is an unfinished save
 
 
@@ -80,7 +81,7 @@ def check_fits(saved: dict[str, Any], target: dict[str, Any], what: str, step: i
             f"{s if s is not None else 'absent'} in the checkpoint but "
             f"{t if t is not None else 'absent'} in the model{hint}")
 
-# %% ../../nbs/62_checkpointing.ipynb #0c02a7e1
+# %% ../../nbs/62_checkpointing.ipynb #b4ddd1d4
 @dataclasses.dataclass
 class Restored:
     """What a checkpoint gives back: states shaped like the targets, plus the loop's position."""
@@ -97,7 +98,7 @@ def _abstract(tree: dict) -> dict:
     # restore onto each target leaf's own sharding, so a resumed run compiles the same step
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree)
 
-# %% ../../nbs/62_checkpointing.ipynb #de5a3a9e
+# %% ../../nbs/62_checkpointing.ipynb #04b4defb
 class Checkpointer:
     """Orbax-backed checkpoints of (params, optimizer state, step, data position, RNG) with keep-N and fallback."""
 
@@ -117,65 +118,79 @@ class Checkpointer:
         """Complete (renamed into place) steps on disk, oldest first."""
         return sorted(self._manager.all_steps())
 
-    def save(self, step: int, params: nnx.State, opt_state: Optional[nnx.State], *, data_position: int,
-             rng: jax.Array, kind: str = "all", extra: Optional[dict] = None) -> None:
-        """Write one step atomically (orbax writes a temporary directory and renames it)."""
-        meta = {"step": int(step), "data_position": int(data_position), "trainable": kind, **(extra or {})}
-        items = dict(params=ocp.args.StandardSave(state_to_tree(params)),
-                     rng=ocp.args.StandardSave({"key_data": jax.random.key_data(rng)}),
-                     meta=ocp.args.JsonSave(meta))
-        if opt_state is not None:
-            items["opt_state"] = ocp.args.StandardSave(state_to_tree(opt_state))
-        self._manager.save(int(step), args=ocp.args.Composite(**items), force=True)
+# %% ../../nbs/62_checkpointing.ipynb #69b2a0d6
+@patch
+def save(self: Checkpointer, step: int, params: nnx.State, opt_state: Optional[nnx.State], *, data_position: int,
+         rng: jax.Array, kind: str = "all", extra: Optional[dict] = None) -> None:
+    """Write one step atomically (orbax writes a temporary directory and renames it)."""
+    meta = {"step": int(step), "data_position": int(data_position), "trainable": kind, **(extra or {})}
+    items = dict(params=ocp.args.StandardSave(state_to_tree(params)),
+                 rng=ocp.args.StandardSave({"key_data": jax.random.key_data(rng)}),
+                 meta=ocp.args.JsonSave(meta))
+    if opt_state is not None:
+        items["opt_state"] = ocp.args.StandardSave(state_to_tree(opt_state))
+    self._manager.save(int(step), args=ocp.args.Composite(**items), force=True)
 
-    def restore(self, params: nnx.State, opt_state: Optional[nnx.State] = None, *,
-                step: Optional[int] = None) -> Optional[Restored]:
-        """The newest readable step (or `step`) restored into states like `params`/`opt_state`; None if none saved."""
-        candidates = [step] if step is not None else self.steps()[::-1]
-        for s in candidates:
-            path = self.directory / str(s)
-            try:
-                meta = self._read_meta(s)
-                saved = self._manager.item_metadata(s)
-                self._check(s, meta, saved, params, opt_state)
-                return self._read(s, meta, params, opt_state)
-            except CheckpointMismatchError:
-                raise
-            except Exception as err:  # a truncated or corrupted step: report it and try the one before
-                warnings.warn(f"checkpoint step {s} at {path} is unreadable ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200]}); falling back to the previous step")
-        if candidates:
-            raise RuntimeError(f"no readable checkpoint in {self.directory} (tried steps {candidates})")
-        return None
-
-    def _read_meta(self, step) -> dict:
-        quiet = logging.getLogger("absl")  # orbax logs every item it was not asked for; here that is all but one
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
+# %% ../../nbs/62_checkpointing.ipynb #25250266
+@patch
+def restore(self: Checkpointer, params: nnx.State, opt_state: Optional[nnx.State] = None, *,
+            step: Optional[int] = None) -> Optional[Restored]:
+    """The newest readable step (or `step`) restored into states like `params`/`opt_state`; None if none saved."""
+    candidates = [step] if step is not None else self.steps()[::-1]
+    for s in candidates:
+        path = self.directory / str(s)
         try:
-            return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        finally:
-            quiet.setLevel(level)
+            meta = self._read_meta(s)
+            saved = self._manager.item_metadata(s)
+            self._check(s, meta, saved, params, opt_state)
+            return self._read(s, meta, params, opt_state)
+        except CheckpointMismatchError:
+            raise
+        except Exception as err:  # a truncated or corrupted step: report it and try the one before
+            warnings.warn(f"checkpoint step {s} at {path} is unreadable ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:200]}); falling back to the previous step")
+    if candidates:
+        raise RuntimeError(f"no readable checkpoint in {self.directory} (tried steps {candidates})")
+    return None
 
-    def _check(self, step, meta, saved, params, opt_state):
-        kind = meta.get("trainable", "all")
-        check_fits(flatten_tree(saved["params"].tree), flatten_tree(state_to_tree(params)), "parameter", step, kind)
-        if opt_state is not None:
-            check_fits(flatten_tree(saved["opt_state"].tree), flatten_tree(state_to_tree(opt_state)),
-                       "optimizer-state", step, kind)
+# %% ../../nbs/62_checkpointing.ipynb #7e01ddc7
+@patch
+def _read_meta(self: Checkpointer, step) -> dict:
+    """The JSON record of `step` (step, data position, trainable kind, extras)."""
+    quiet = logging.getLogger("absl")  # orbax logs every item it was not asked for; here that is all but one
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    finally:
+        quiet.setLevel(level)
 
-    def _read(self, step, meta, params, opt_state) -> Restored:
-        items = dict(params=ocp.args.StandardRestore(_abstract(state_to_tree(params))),
-                     rng=ocp.args.StandardRestore())
-        if opt_state is not None:
-            items["opt_state"] = ocp.args.StandardRestore(_abstract(state_to_tree(opt_state)))
-        out = self._manager.restore(step, args=ocp.args.Composite(**items))
-        return Restored(step=int(meta["step"]), params=tree_into_state(out["params"], params),
-                        opt_state=None if opt_state is None else tree_into_state(out["opt_state"], opt_state),
-                        data_position=int(meta["data_position"]),
-                        rng=jax.random.wrap_key_data(np.asarray(out["rng"]["key_data"])), meta=meta)
 
-    def close(self) -> None:
-        """Wait for pending saves and release the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+@patch
+def _check(self: Checkpointer, step, meta, saved, params, opt_state):
+    """Compare the saved shapes (orbax metadata) with the targets' before reading any array."""
+    kind = meta.get("trainable", "all")
+    check_fits(flatten_tree(saved["params"].tree), flatten_tree(state_to_tree(params)), "parameter", step, kind)
+    if opt_state is not None:
+        check_fits(flatten_tree(saved["opt_state"].tree), flatten_tree(state_to_tree(opt_state)),
+                   "optimizer-state", step, kind)
+
+
+@patch
+def _read(self: Checkpointer, step, meta, params, opt_state) -> Restored:
+    """Read the arrays of `step` onto the targets' shardings and return them as a Restored."""
+    items = dict(params=ocp.args.StandardRestore(_abstract(state_to_tree(params))), rng=ocp.args.StandardRestore())
+    if opt_state is not None:
+        items["opt_state"] = ocp.args.StandardRestore(_abstract(state_to_tree(opt_state)))
+    out = self._manager.restore(step, args=ocp.args.Composite(**items))
+    return Restored(step=int(meta["step"]), params=tree_into_state(out["params"], params),
+                    opt_state=None if opt_state is None else tree_into_state(out["opt_state"], opt_state),
+                    data_position=int(meta["data_position"]),
+                    rng=jax.random.wrap_key_data(np.asarray(out["rng"]["key_data"])), meta=meta)
+
+
+@patch
+def close(self: Checkpointer) -> None:
+    """Wait for pending saves and release the manager."""
+    self._manager.wait_until_finished()
+    self._manager.close()
