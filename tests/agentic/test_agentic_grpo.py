@@ -1,5 +1,6 @@
 """Agentic GRPO (chapter 53): the loss mask on real trajectories, learning steps, exact resume, the off-policy bound, the main job."""
 import collections
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -142,7 +143,7 @@ def test_the_feeder_holds_tasks_back_to_the_off_policy_bound():
         t = threading.Thread(target=lambda: [got.append(x) for x in feeder], daemon=True)
         t.start()
         assert settle(got, 2 * (k + 1)) == 2 * (k + 1)
-        learner._locked_sync()
+        learner.sync_rollout()
         assert settle(got, 2 * (k + 2)) == 2 * (k + 2) and learner.version == 1
         learner._stop_feed.set()
         t.join(timeout=2)
@@ -200,3 +201,33 @@ def test_the_calculator_main_job_raises_4_digit_exact_match_by_20_points(tmp_pat
     cfg = yaml.safe_load((ROOT / "recipes" / "agentic_calc_tiny.yaml").read_text())
     s = run_calculator_job({**cfg, "run_dir": str(tmp_path / "run")}, progress_bar=False)
     assert s["heldout_accuracy_gain"] >= 0.20, s
+
+
+def test_the_sync_is_the_learner_override_under_the_write_lock():
+    """sync_rollout waits for a running episode (a read share) to finish; the cluster itself is left unpatched."""
+    learner = make()
+    assert "sync_weights" not in vars(learner.cluster)  # no instance-level wrapping of the cluster
+    done = threading.Event()
+    with learner.lock.reading():  # an episode in flight
+        t = threading.Thread(target=lambda: (learner.sync_rollout(), done.set()), daemon=True)
+        t.start()
+        assert not done.wait(0.3) and learner.version == 0  # the sync waits for the episode
+    assert done.wait(10) and learner.version == 1
+    t.join(timeout=2)
+
+
+def test_on_policy_episodes_keep_their_log_probs_when_a_step_has_two_mini_batches(tok):
+    """k = 0, μ = 1, but two mini-batches a step: the second update is off-policy, so old_logps stay in the batch."""
+    engine = ScriptedEngine(tok, lambda c: "12+34\n" if "\n" not in c else "46")
+    coll = TrajectoryCollector(engine, tok, EpisodeConfig(stop_tokens=(tok.eos_id, enc(tok, "\n")[0])),
+                               policy_version=lambda: 0)
+    groups = [[coll.collect(T.calculator_env({"prompt": "12+34=", "answer": "46"})) for _ in range(4)]
+              for _ in range(2)]
+    whole = make()
+    micro, _ = whole.make_experience(groups, 0, 0)
+    assert not whole.needs_old_logps and "old_logps" not in micro[0]
+    split = make()
+    split.sizes = dataclasses.replace(split.sizes, mini=1, train_micro=1)
+    assert split.needs_old_logps
+    micro, _ = split.make_experience(groups, 0, 0)
+    assert all("old_logps" in mb for mb in micro)

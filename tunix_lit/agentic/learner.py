@@ -30,7 +30,7 @@ from .orchestrator import Orchestrator, SyncLock
 from .tools import Status, Trajectory, Turn, calculator_env, sum_tasks
 from .trajectory import EpisodeConfig, TrajectoryCollector
 from ..rl.grpo import GRPOConfig, GRPOLearner
-from ..rl.learner import RLTrainingConfig, policy_logps
+from ..rl.learner import RLTrainingConfig, policy_logps, skip_rows
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/53_agentic_learner.ipynb #d4e78030
@@ -161,15 +161,13 @@ class AgenticGRPOLearner(GRPOLearner):
         episode = dataclasses.replace(agentic.episode, temperature=cluster.rollout_config.temperature)
         self.collector = TrajectoryCollector(cluster.rollout, cluster.tokenizer, episode,
                                              policy_version=lambda: self.version)
-        self._sync_engine = cluster.sync_weights
-        cluster.sync_weights = self._locked_sync  # the loop's one sync per step now takes the write lock
 
 # %% ../../nbs/53_agentic_learner.ipynb #d84edc4e
 @patch
-def _locked_sync(self: AgenticGRPOLearner) -> int:
-    """The cluster's weight sync, alone (no episode running), then a new policy version."""
+def sync_rollout(self: AgenticGRPOLearner) -> int:
+    """Chapter 31's weight sync taken alone (no episode running, under the write lock), then a new policy version."""
     with self.lock.writing():
-        moved = self._sync_engine()
+        moved = GRPOLearner.sync_rollout(self)
         with self._gate:
             self.version += 1
             self._gate.notify_all()
@@ -200,14 +198,6 @@ def _in_order(self: AgenticGRPOLearner, groups, first: int):
             following += 1
 
 # %% ../../nbs/53_agentic_learner.ipynb #6625cf0b
-def _skip(dataset, n: int):
-    it = iter(dataset() if callable(dataset) else dataset)
-    for i in range(n):
-        if next(it, None) is None:
-            raise ValueError(f"the task stream ended after {i} tasks, but the checkpoint had consumed {n}")
-    return it
-
-
 @patch
 def train(self: AgenticGRPOLearner, dataset, eval_dataset=None):
     """Chapter 31's loop over groups of episodes of `dataset`'s tasks (resuming first if asked)."""
@@ -219,7 +209,7 @@ def train(self: AgenticGRPOLearner, dataset, eval_dataset=None):
     orch = Orchestrator(self.collector, self.make_env, group_size=self.num_generations,
                         max_concurrency=self.agentic.max_concurrency, max_groups_ahead=self.agentic.max_groups_ahead,
                         lock=self.lock, seed=self.cluster.rollout_config.seed)
-    self.orchestrator = orch.start(self._feed(_skip(dataset, first), first), first_group=first)
+    self.orchestrator = orch.start(self._feed(skip_rows(dataset, first), first), first_group=first)
     groups = orch.groups()
     try:  # the loop skips the rows a checkpoint consumed: placeholders stand for them
         return GRPOLearner.train(self, itertools.chain(itertools.repeat(None, first), self._in_order(groups, first)),
@@ -254,8 +244,8 @@ def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     batch = trajectory_batch(trajs, np.asarray(adv), prompt_length=self.agentic.prompt_length,
                              response_length=self.collector.config.max_response_tokens,
                              pad_id=self.cluster.tokenizer.pad_id, filter_overlong=self.agentic.filter_overlong)
-    if self.num_iterations == 1 and k == 0:
-        batch.pop("old_logps")  # on-policy: the loss uses the current log-probs, stopped, as the old ones
+    if k == 0 and not self.needs_old_logps:
+        batch.pop("old_logps")  # every update on-policy: the loss uses the current log-probs, stopped
     report = agent_report(trajs)
     metrics = {"rewards/mean": float(rewards.mean()), "rewards/max": float(rewards.max()),
                "rewards/min": float(rewards.min()), "episodes/call_rate": report["call_rate"],
