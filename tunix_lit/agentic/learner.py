@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['CALCULATOR_DEFAULTS', 'agent_report', 'calculator_trajectory', 'sft_batch', 'calculator_asset_dir', 'load_calculator',
            'trajectory_batch', 'AgenticConfig', 'environment_reward', 'AgenticGRPOLearner', 'calculator_config',
-           'run_calculator_job']
+           'calculator_setup', 'run_calculator_job']
 
 # %% ../../nbs/53_agentic_learner.ipynb #09528271
 # Follows the warm-start practice of agentic RL recipes (verl's and TRL's multi-turn SFT: train on
@@ -313,7 +313,7 @@ def calculator_config(config: Optional[dict] = None) -> dict:
     return out
 
 # %% ../../nbs/53_agentic_learner.ipynb #2ed58bce
-def _calculator_setup(cfg: dict, progress_bar: bool):
+def calculator_setup(cfg: dict, progress_bar: bool):
     """(learner, held-out sets, train task stream) of a resolved calculator config."""
     import optax
     from tunix_lit.models import tiny
@@ -386,7 +386,7 @@ def run_calculator_job(config: Optional[dict] = None, *, progress_bar: bool = Tr
     run_dir = Path(cfg["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    learner, held, stream = _calculator_setup(cfg, progress_bar)
+    learner, held, stream = calculator_setup(cfg, progress_bar)
     hard, easy = list(held)
     resumed = learner.restore_checkpoint()
     before_file = run_dir / "before.json"
