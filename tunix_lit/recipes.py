@@ -822,7 +822,7 @@ def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Lau
     from tunix_lit.agentic import learner as agentic
 
     cfg = agentic.calculator_config(recipe.config)
-    learner, held, stream = agentic._calculator_setup(cfg, progress_bar)  # the launch's own builder
+    learner, held, stream = agentic.calculator_setup(cfg, progress_bar)  # the launch's own builder
     cluster, launch = learner.cluster, Launch(recipe, log=log)
     launch.model, launch.tokenizer, launch.trainer = cluster.actor, cluster.tokenizer, learner
     hard = next(iter(held))
