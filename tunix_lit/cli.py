@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--dry-run", action="store_true",
                        help="build every object (mesh, models, data, rewards, trainer, ...), list them, take no step")
+    job = train.add_argument_group("one process of a multi-process JAX job (chapter 22); every process runs the "
+                                   "same command, and the run directory must be one that all of them see")
+    job.add_argument("--distributed", action="store_true",
+                     help="join the job JAX detects on its own (a TPU pod slice, SLURM, Open MPI)")
+    job.add_argument("--coordinator-address", metavar="HOST:PORT", default=None,
+                     help="process 0's address; give it with --num-processes and --process-id")
+    job.add_argument("--num-processes", type=int, metavar="N", default=None, help="processes in the job")
+    job.add_argument("--process-id", type=int, metavar="I", default=None, help="this process, 0 .. N-1")
     return parser
 
 # %% ../nbs/70_recipes_cli.ipynb #5f463c9f
@@ -117,10 +125,16 @@ def load_recipe(path, overrides: Sequence[str] = ()):
 # %% ../nbs/70_recipes_cli.ipynb #736c7988
 def train_command(args: argparse.Namespace, out=None) -> int:
     """Run `tunix-lit train RECIPE [key=value ...] [--run-dir DIR] [--dry-run]`; exit status."""
+    from tunix_lit import distributed
     from tunix_lit.recipes import dry_run, resolve_recipe, run_recipe
 
     overrides = list(args.overrides) + ([f"run_dir={args.run_dir}"] if args.run_dir else [])
-    recipe = resolve_recipe(args.recipe, overrides)
+    recipe = resolve_recipe(args.recipe, overrides)  # a bad recipe fails here, before any process waits for others
+    cluster = (getattr(args, "coordinator_address", None), getattr(args, "num_processes", None),
+               getattr(args, "process_id", None))
+    if getattr(args, "distributed", False) or any(v is not None for v in cluster) or \
+            distributed.resolve_cluster() is not None:  # flags, else the TUNIX_LIT_* variables, else detection
+        distributed.initialize(*cluster)
     if args.dry_run:
         dry_run(recipe, out=out)
     else:

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['ENV_COORDINATOR', 'ENV_NUM_PROCESSES', 'ENV_PROCESS_ID', 'ENV_HEARTBEAT', 'resolve_cluster', 'ProcessInfo',
-           'process_info', 'initialize', 'is_writer', 'barrier', 'free_port', 'process_env', 'ProcessResult',
+           'process_info', 'initialize', 'is_writer', 'barrier', 'agree', 'free_port', 'process_env', 'ProcessResult',
            'LaunchError', 'failure_message', 'launch_local']
 
 # %% ../nbs/22_multihost.ipynb #2632db67
@@ -23,6 +23,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 import jax
+import numpy as np
 from jax.experimental import multihost_utils
 
 import tunix_lit
@@ -138,6 +139,13 @@ def barrier(name: str) -> None:
     """Wait until every process of the job reaches the barrier called `name` (returns at once with one process)."""
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+def agree(flag: bool) -> bool:
+    """Process 0's `flag` on every process, so a branch that runs collectives is taken by all or by none."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag, np.int32)))
 
 # %% ../nbs/22_multihost.ipynb #9a4c6b2f
 _DEVICE_FLAG = re.compile(r"--xla_force_host_platform_device_count(=\S*)?")

@@ -14,6 +14,7 @@ __all__ = ['FAMILIES', 'ALGORITHMS', 'ENV_PREFIX', 'LORA_DEFAULTS', 'FREE_KEYS',
 # imported inside the builders, so resolving and printing a recipe stays quick.
 import dataclasses
 import difflib
+import io
 import json
 import os
 import sys
@@ -763,18 +764,26 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
         from tunix_lit.agentic.learner import run_calculator_job
 
         return run_calculator_job(recipe.config, progress_bar=progress_bar, out=out)
+    from tunix_lit import distributed
+
+    # with several JAX processes all compute, process 0 alone writes and prints (run_dir: a filesystem all see)
+    writer = distributed.is_writer()
     run_dir = Path(recipe["run_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(recipe.to_yaml())
-    launch = build(recipe, progress_bar=progress_bar, log=out)
+    if writer:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(recipe.to_yaml())
+    launch = build(recipe, progress_bar=progress_bar, log=out if writer else None)
     trainer, r = launch.trainer, recipe
     resumed = trainer.restore_checkpoint()
     before_file = run_dir / "before.json"
-    if before_file.exists():
-        before = json.loads(before_file.read_text())
+    if distributed.agree(before_file.exists()):  # evaluation is collective: every process takes the same branch
+        before = json.loads(before_file.read_text()) if writer else {}
     else:
         before = evaluate(launch)
-        before_file.write_text(json.dumps(before))
+        if writer:
+            before_file.write_text(json.dumps(before))
+    if not writer:
+        out = io.StringIO()  # the other processes' report goes nowhere
     acc = lambda m: "n/a" if m.get("accuracy") is None else f"{m['accuracy']:.1%}"
     print(f"held-out accuracy before: {acc(before)} ({len(launch.heldout_rows)} rows)"
           + (f"; resuming at step {trainer.step}" if resumed else ""), file=out)
@@ -789,26 +798,28 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
         result = trainer.train(launch.extras["train_batches"])
     train_s = time.perf_counter() - t_train
     after = evaluate(launch)
-    plot_curve(launch, before, after, run_dir / "curve.png")
+    if writer:
+        plot_curve(launch, before, after, run_dir / "curve.png")
     key, label = FIGURES[r.family]
     if r.family in ("rl", "distill"):
         pair = _first_last(trainer, key)
         figure = {"name": label, "before": pair and pair[0], "after": pair and pair[1]}
     else:
-        figure = {"name": label, "before": before["figure"], "after": after["figure"]}
+        figure = {"name": label, "before": before.get("figure"), "after": after["figure"]}
     if r["algorithm"] == "ppo":
         pair = _first_last(trainer, "critic/loss")
         figure["critic_value_loss"] = {"first": pair and pair[0], "last": pair and pair[1]}
     trainer.close()
-    gain = None if before["accuracy"] is None else after["accuracy"] - before["accuracy"]
+    gain = None if before.get("accuracy") is None else after["accuracy"] - before["accuracy"]
     summary = {"algorithm": r["algorithm"], "model": r["model"], "lora": r["lora"], "steps": result.step,
-               "stop_reason": result.stop_reason, "heldout_accuracy_before": before["accuracy"],
+               "stop_reason": result.stop_reason, "heldout_accuracy_before": before.get("accuracy"),
                "heldout_accuracy_after": after["accuracy"], "heldout_accuracy_gain": gain,
                "heldout_size": len(launch.heldout_rows), "figure": figure,
                "train_seconds_this_run": round(train_s, 1),
                "wall_seconds_this_run": round(time.perf_counter() - t_start, 1),
                "last_train_metrics": result.metrics}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    if writer:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     print(f"held-out accuracy after {result.step} steps: {acc(after)}"
           + (f" ({gain:+.1%})" if gain is not None else "") + f"; {label}: {figure['before']} -> "
           f"{figure['after']}; run directory {run_dir}", file=out)
@@ -864,6 +875,9 @@ def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Lau
 # %% ../nbs/71_recipes.ipynb #e9b7fb87
 def dry_run(recipe: Recipe, out=None) -> Launch:
     """Build every object of the launch, print each as it is built, run no step; returns the Launch."""
+    import jax
+
+    out = out if jax.process_index() == 0 else io.StringIO()  # one process of a job reports
     out = out or sys.stdout
     make = build_agentic if recipe.family == "agentic" else build
     launch = make(recipe, progress_bar=False, log=out)

@@ -374,7 +374,7 @@ def generate(self: Sampler, prompt_ids, max_new_tokens: int = 32, *, prompt_mask
         carry = self._prefill(self._state, left_pad(rows, P, tok.pad_id), pad, key, *args, buffer_len=P + G,
                               mode=mode)
         carry = self._decode(self._state, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
-    tokens, logprobs = jax.device_get((carry.tokens, carry.logprobs))  # the one transfer per call
+    tokens, logprobs = tfm.to_host((carry.tokens, carry.logprobs))  # the one transfer per call (gathered across processes)
     return self._collect(rows, tokens[:, P:P + max_new_tokens], logprobs[:, P:P + max_new_tokens], stops, echo)
 
 

@@ -333,7 +333,7 @@ def explain(self: RLCluster) -> str:
     lines = [f"RLCluster: actor trains {kind} ({tfm.tree_bytes(nnx.state(self.actor, self.trainable)):,} bytes); "
              f"rollout {'colocated with' if self.colocated else 'apart from'} the actor",
              f"{'role':<10} {'mesh':<22} {'devices':<26} {'bytes held':>12}"]
-    seen: set = set()
+    seen, counted = set(), set()
     for role, model in self.role_models().items():
         mesh = self.meshes[role]
         shape = "one device" if mesh is None else " × ".join(f"{k}={v}" for k, v in mesh.shape.items())
@@ -341,6 +341,10 @@ def explain(self: RLCluster) -> str:
         own = sum(x.nbytes for x in leaves if id(x) not in seen)
         seen.update(id(x) for x in leaves)
         held = f"{own:,}" + ("" if own == sum(x.nbytes for x in leaves) else " (rest shared)")
+        if jax.process_count() > 1:  # a global array's nbytes counts every process's shards; show this one's too
+            mine = sum(s.data.nbytes for x in leaves if id(x) not in counted for s in x.addressable_shards)
+            counted.update(id(x) for x in leaves)
+            held += f", {mine:,} on process {jax.process_index()}'s devices"
         lines.append(f"{role.value:<10} {shape:<22} {str(devices_of(mesh)):<26} {held:>12}")
     vanilla = isinstance(self.rollout, engines.VanillaEngine)
     if not vanilla:

@@ -296,8 +296,9 @@ class _Failed:
 
 
 @patch
-def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event) -> None:
-    """Producer thread: for each global step, wait for the sync, then emit its train micro-batches."""
+def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event,
+             produced: Optional[threading.Semaphore] = None) -> None:
+    """Producer thread: for each global step, wait for the sync, then emit its train micro-batches (then release `produced`)."""
     s, step, position = self.sizes, self.step, self.data_position
     needed = s.full // s.train_micro  # train micro-batches per global step
     try:
@@ -338,8 +339,13 @@ def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semapho
             summary["micro_batches/missing"] = float(needed - emitted)
             self._log_gap(summary)
             _put(q, ("end", {"data_position": position, "metrics": summary}), stop)
+            if produced is not None:
+                produced.release()
     except BaseException as err:  # handed to the main thread, which raises it with this traceback
         _put(q, _Failed(err), stop)
+    finally:
+        if produced is not None:  # end of data or a failure: let a waiting main thread read the marker
+            produced.release()
 
 # %% ../../nbs/31_rl_learner.ipynb #3cbe54d1
 def _put(q: queue.Queue, item, stop: threading.Event) -> None:
@@ -540,14 +546,19 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
         self.restore_checkpoint()
     self._resumed = True
     start, eval_metrics, last = self.step, {}, {}
-    q: queue.Queue = queue.Queue(maxsize=cfg.queue_size)
+    # Several JAX processes must launch their collectives in the same order, which two threads sharing the
+    # devices cannot promise: there the producer makes a whole step, then the trainer takes it (no overlap).
+    serial = jax.process_count() > 1
+    q: queue.Queue = queue.Queue(maxsize=0 if serial else cfg.queue_size)
     may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
+    produced = threading.Semaphore(0) if serial else None  # released when a step's experience is all queued
     stop = threading.Event()
     producer = threading.Thread(target=self._produce, args=(skip_rows(dataset, self.data_position), q, may_start,
-                                                            stop), daemon=True, name="rl-producer")
+                                                            stop, produced), daemon=True, name="rl-producer")
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc="rl", unit="step")
+    quiet = not cfg.progress_bar or jax.process_index() != 0  # one bar per job, not one per process
+    bar = tqdm(total=cfg.max_steps, initial=self.step, disable=quiet, desc="rl", unit="step")
     self._stop_reason, reason = None, "max_steps"
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -555,6 +566,8 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
     producer.start()
     try:
         while self.step < cfg.max_steps:
+            if serial:
+                produced.acquire()
             got = self._consume_step(q)
             if got is None:
                 reason = "data_exhausted"
@@ -562,7 +575,8 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
             self.step += 1
             self.data_position = got["data_position"]
             last = got["metrics"]
-            may_start.release()  # the rollout has this step's weights: the next step may generate
+            if not serial:
+                may_start.release()  # the rollout has this step's weights: the next step may generate
             self.metrics.write(self.step, last)
             bar.update(1)
             bar.set_postfix(reward=f"{last.get('rewards/mean', float('nan')):.3f}", refresh=False)
@@ -571,6 +585,8 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
                 eval_metrics = self.evaluate(eval_dataset)
             if self._checkpointer is not None and (self.step % cfg.save_every_n_steps == 0 or is_last):
                 self.save_checkpoint()
+            if serial:
+                may_start.release()  # after evaluation and the save, which are collectives too
             if self._stop_reason is not None:
                 reason = self._stop_reason
                 break

@@ -19,6 +19,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from fastcore.basics import patch
 from flax import nnx
+from jax.experimental import multihost_utils
+
+from ..models import transformer as tfm
 
 # %% ../../nbs/62_checkpointing.ipynb #d1d91626
 def state_to_tree(state: nnx.State) -> dict:
@@ -104,10 +107,13 @@ class Checkpointer:
 
     def __init__(self, directory, *, max_to_keep: int = 3, async_save: bool = False):
         self.directory = Path(directory).absolute()
-        for stale in find_stale_temporaries(self.directory):
-            warnings.warn(f"found an unfinished checkpoint save at {stale} (the process was killed while saving); "
-                          "ignoring and removing it, the last complete step is used")
-            shutil.rmtree(stale, ignore_errors=True)  # one writer per directory: nobody else is finishing it
+        if jax.process_index() == 0:  # one process sweeps; the others wait for it below
+            for stale in find_stale_temporaries(self.directory):
+                warnings.warn(f"found an unfinished checkpoint save at {stale} (the process was killed while "
+                              "saving); ignoring and removing it, the last complete step is used")
+                shutil.rmtree(stale, ignore_errors=True)  # one job per directory: nobody else is finishing it
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"tunix_lit-checkpointer-{self.directory}")
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
                                                enable_async_checkpointing=async_save)
         standard = ocp.StandardCheckpointHandler
@@ -123,10 +129,11 @@ class Checkpointer:
 def save(self: Checkpointer, step: int, params: nnx.State, opt_state: Optional[nnx.State], *, data_position: int,
          rng: jax.Array, kind: str = "all", extra: Optional[dict] = None) -> None:
     """Write one step atomically (orbax writes a temporary directory and renames it)."""
-    meta = {"step": int(step), "data_position": int(data_position), "trainable": kind, **(extra or {})}
-    items = dict(params=ocp.args.StandardSave(state_to_tree(params)),
-                 rng=ocp.args.StandardSave({"key_data": jax.random.key_data(rng)}),
-                 meta=ocp.args.JsonSave(meta))
+    # the key travels in the JSON record, as host integers: any process count can read it back
+    key_data = np.asarray(tfm.to_host(jax.random.key_data(rng))).tolist()
+    meta = {"step": int(step), "data_position": int(data_position), "trainable": kind, "rng_key_data": key_data,
+            "rng_impl": str(jax.random.key_impl(rng)), "process_count": jax.process_count(), **(extra or {})}
+    items = dict(params=ocp.args.StandardSave(state_to_tree(params)), meta=ocp.args.JsonSave(meta))
     if opt_state is not None:
         items["opt_state"] = ocp.args.StandardSave(state_to_tree(opt_state))
     self._manager.save(int(step), args=ocp.args.Composite(**items), force=True)
@@ -179,14 +186,19 @@ def _check(self: Checkpointer, step, meta, saved, params, opt_state):
 @patch
 def _read(self: Checkpointer, step, meta, params, opt_state) -> Restored:
     """Read the arrays of `step` onto the targets' shardings and return them as a Restored."""
-    items = dict(params=ocp.args.StandardRestore(_abstract(state_to_tree(params))), rng=ocp.args.StandardRestore())
+    items = dict(params=ocp.args.StandardRestore(_abstract(state_to_tree(params))))
+    if "rng_key_data" not in meta:  # written before the key moved into the JSON record
+        items["rng"] = ocp.args.StandardRestore()
     if opt_state is not None:
         items["opt_state"] = ocp.args.StandardRestore(_abstract(state_to_tree(opt_state)))
     out = self._manager.restore(step, args=ocp.args.Composite(**items))
+    if "rng_key_data" in meta:
+        rng = jax.random.wrap_key_data(np.asarray(meta["rng_key_data"], np.uint32), impl=meta["rng_impl"])
+    else:
+        rng = jax.random.wrap_key_data(np.asarray(out["rng"]["key_data"]))
     return Restored(step=int(meta["step"]), params=tree_into_state(out["params"], params),
                     opt_state=None if opt_state is None else tree_into_state(out["opt_state"], opt_state),
-                    data_position=int(meta["data_position"]),
-                    rng=jax.random.wrap_key_data(np.asarray(out["rng"]["key_data"])), meta=meta)
+                    data_position=int(meta["data_position"]), rng=rng, meta=meta)
 
 
 @patch

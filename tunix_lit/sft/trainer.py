@@ -204,11 +204,13 @@ def make_eval_step(graphdef, loss_fn: Callable) -> Callable:
 class MetricsLog:
     """Logged scalars kept in memory (for plots) and, with a log_dir, in metrics.jsonl and TensorBoard event files."""
 
-    def __init__(self, log_dir: Optional[str] = None):
+    def __init__(self, log_dir: Optional[str] = None, *, writer: Optional[bool] = None):
         self.log_dir = None if log_dir is None else Path(log_dir)
         self._history: dict[tuple[str, str], list[tuple[int, float]]] = {}
         self._jsonl = self._tb = None
-        if self.log_dir is not None:
+        # with several JAX processes every one keeps the history, but only process 0 writes the files
+        self.writer = jax.process_index() == 0 if writer is None else bool(writer)
+        if self.log_dir is not None and self.writer:
             from tensorboardX import SummaryWriter  # lazy: only runs that write logs pay for the import
 
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -298,11 +300,10 @@ def _place(self: PeftTrainer, carry):
     """Put every carry leaf on the mesh (replicated unless already sharded there) so the step compiles once."""
     if self.mesh is None:  # committed, like the step's outputs: an uncommitted leaf would compile it twice
         return jax.device_put(carry, jax.devices()[0])
-    replicated = NamedSharding(self.mesh, P())
 
-    def one(x):
+    def one(x):  # put_replicated also works when the mesh spans several processes
         s = getattr(x, "sharding", None)
-        return x if isinstance(s, NamedSharding) and s.mesh == self.mesh else jax.device_put(x, replicated)
+        return x if isinstance(s, NamedSharding) and s.mesh == self.mesh else tfm.put_replicated(x, self.mesh)
 
     return jax.tree.map(one, carry)
 
@@ -443,7 +444,8 @@ def skip_batches(data: Iterable, n: int):
 def _progress_bar(cfg: TrainingConfig, initial: int):
     from tqdm.auto import tqdm
 
-    return tqdm(total=cfg.max_steps, initial=initial, disable=not cfg.progress_bar, desc="train", unit="step")
+    quiet = not cfg.progress_bar or jax.process_index() != 0  # one bar per job, not one per process
+    return tqdm(total=cfg.max_steps, initial=initial, disable=quiet, desc="train", unit="step")
 
 
 class _stop_on_sigterm:
