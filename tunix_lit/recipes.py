@@ -763,6 +763,7 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     if recipe.family == "agentic":  # chapter 53 runs it (its own run directory and summary.json)
         from tunix_lit.agentic.learner import run_calculator_job
 
+        _one_process_only(recipe)
         return run_calculator_job(recipe.config, progress_bar=progress_bar, out=out)
     from tunix_lit import distributed
 
@@ -826,12 +827,22 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     return summary
 
 # %% ../nbs/71_recipes.ipynb #c09fe00d
+def _one_process_only(recipe: Recipe) -> None:
+    """Refuse a multi-process job for the agentic recipe, whose episodes run on one device in threads."""
+    import jax
+
+    if jax.process_count() > 1:
+        raise ValueError(f"algorithm {recipe['algorithm']!r} runs on one device (its episodes are threads of one "
+                         f"process); run it as one process, not {jax.process_count()}")
+
+
 def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Launch:
     """Chapter 53's calculator job's objects (built by its own setup, as a launch builds them), each listed."""
     import jax
 
     from tunix_lit.agentic import learner as agentic
 
+    _one_process_only(recipe)
     cfg = agentic.calculator_config(recipe.config)
     learner, held, stream = agentic.calculator_setup(cfg, progress_bar)  # the launch's own builder
     cluster, launch = learner.cluster, Launch(recipe, log=log)

@@ -413,7 +413,7 @@ def load_hf(path: Union[str, Path], mesh: Optional[jax.sharding.Mesh] = None, dt
         cfg = cfg.replace(dtype=jnp.dtype(dtype).name, param_dtype=jnp.dtype(dtype).name)
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
     if mesh is None:
-        shardings = {p: jax.sharding.SingleDeviceSharding(jax.devices()[0]) for p, _ in nnx.to_flat_state(abstract)}
+        shardings = {p: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]) for p, _ in nnx.to_flat_state(abstract)}
     else:
         shardings = {p: v.get_value() for p, v in nnx.to_flat_state(state_shardings(abstract, mesh))}
 

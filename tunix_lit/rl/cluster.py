@@ -70,7 +70,7 @@ class RolloutConfig:
 def place(state: nnx.State, mesh: Optional[Mesh]) -> nnx.State:
     """`state` with every leaf on `mesh` by its logical names (on the default device when mesh is None)."""
     if mesh is None:
-        return jax.device_put(state, jax.devices()[0])
+        return jax.device_put(state, jax.local_devices()[0])
     return jax.device_put(state, tfm.state_shardings(state, mesh))
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 from fastcore.basics import patch
 
+from ..models import transformer as tfm
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
 from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
@@ -144,9 +145,9 @@ def make_experience(self: GRPOLearner, rows, step, chunk):
     t1 = time.perf_counter()
     mb = sizes.logps_micro * G
     if algo.beta > 0:
-        batch["ref_logps"] = np.asarray(self.cluster.reference_logps(ro, micro_batch_size=mb))
+        batch["ref_logps"] = tfm.to_host(self.cluster.reference_logps(ro, micro_batch_size=mb))
     if self.num_iterations > 1:  # the ratio needs the policy the rollouts came from
-        batch["old_logps"] = np.asarray(self.cluster.rollout_logps(ro, micro_batch_size=mb))
+        batch["old_logps"] = tfm.to_host(self.cluster.rollout_logps(ro, micro_batch_size=mb))
     metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, time.perf_counter() - t1
     for fn in self.metric_fns:
         metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,

@@ -32,6 +32,7 @@ import optax
 from fastcore.basics import patch
 from flax import nnx
 
+from ..models import transformer as tfm
 from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..sft import trainer as sft
@@ -419,7 +420,7 @@ def attach_old_logps(self: RLLearner, micro: list[dict]) -> list[dict]:
             # a multi-turn batch attends to its observations too (chapter 53); only completion_mask carries loss
             seen = mb.get("completion_attention", mb["completion_mask"])
             ro = Rollout(mb["prompt_ids"], mb["prompt_mask"], mb["completion_ids"], seen, None, [], None)
-            logps = np.asarray(self.cluster.rollout_logps(ro), np.float32)
+            logps = tfm.to_host(self.cluster.rollout_logps(ro)).astype(np.float32)
             mb = {**mb, "old_logps": logps * np.asarray(mb["completion_mask"], np.float32)}
         out.append(mb)
     return out

@@ -180,8 +180,8 @@ def make_experience(self: PPOLearner, rows, step, chunk):
     mask = (ro.completion_mask * finite[:, None]).astype(np.int32)  # a row without a usable score is not trained
     t1 = time.perf_counter()
     mb = sizes.logps_micro
-    old_logps = np.asarray(cl.rollout_logps(ro, micro_batch_size=mb)) * mask
-    ref_logps = np.asarray(cl.reference_logps(ro, micro_batch_size=mb)) * mask if algo.beta > 0 else None
+    old_logps = tfm.to_host(cl.rollout_logps(ro, micro_batch_size=mb)) * mask
+    ref_logps = tfm.to_host(cl.reference_logps(ro, micro_batch_size=mb)) * mask if algo.beta > 0 else None
     values = self._critic_values(ro, mb) * mask
     t_logps = time.perf_counter() - t1
     adv, returns, rewards = ppo_advantages(

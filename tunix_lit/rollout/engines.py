@@ -143,7 +143,7 @@ def _trainable(module) -> type:
 
 def _place(state, mesh: Optional[Mesh]):
     """`state` put where chapter 10's rules shard it on `mesh`, or on the first device without one."""
-    return jax.device_put(state, tfm.state_shardings(state, mesh) if mesh is not None else jax.devices()[0])
+    return jax.device_put(state, tfm.state_shardings(state, mesh) if mesh is not None else jax.local_devices()[0])
 
 # %% ../../nbs/40_rollout_backends.ipynb #99fa82f1
 class VanillaEngine:

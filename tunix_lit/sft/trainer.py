@@ -299,7 +299,7 @@ class PeftTrainer:
 def _place(self: PeftTrainer, carry):
     """Put every carry leaf on the mesh (replicated unless already sharded there) so the step compiles once."""
     if self.mesh is None:  # committed, like the step's outputs: an uncommitted leaf would compile it twice
-        return jax.device_put(carry, jax.devices()[0])
+        return jax.device_put(carry, jax.local_devices()[0])
 
     def one(x):  # put_replicated also works when the mesh spans several processes
         s = getattr(x, "sharding", None)
