@@ -29,12 +29,16 @@ def rows(run_dir: Path) -> list:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def relative_differences(a: list, b: list) -> dict:
-    """Largest |x - y| / max(|x|, |y|, 1e-12) over every shared value, and over the loss names alone."""
-    worst, worst_loss = 0.0, 0.0
+NOT_COMPARED = ("rollout_logp_gap",)  # itself a float-rounding measure (~1e-6): no relative figure means anything
+
+
+def relative_differences(a: list, b: list, tol: float = 1e-4) -> dict:
+    """Largest relative difference of every shared value and of the losses, and the first row where one exceeds tol."""
+    worst, worst_loss, first = 0.0, 0.0, None
     for x, y in zip(a, b):
         for k, v in x.items():
-            if k in ("step", "mode") or k.startswith("time/") or k == "sync/seconds" or v is None or y.get(k) is None:
+            if k in ("step", "mode") or k.startswith("time/") or k == "sync/seconds" or k in NOT_COMPARED \
+                    or v is None or y.get(k) is None:
                 continue
             d = abs(v - y[k]) / max(abs(v), abs(y[k]), 1e-12)
             if abs(v) < 1e-6 and abs(y[k]) < 1e-6:  # both zero to float rounding (a GRPO loss): no relative figure
@@ -42,7 +46,9 @@ def relative_differences(a: list, b: list) -> dict:
             worst = max(worst, d)
             if k.endswith("loss"):
                 worst_loss = max(worst_loss, d)
-    return {"max_rel_diff_all": worst, "max_rel_diff_loss": worst_loss}
+            if d > tol and first is None:
+                first = {"step": x["step"], "mode": x["mode"], "name": k, "two": v, "one": y[k]}
+    return {"max_rel_diff_all": worst, "max_rel_diff_loss": worst_loss, "first_row_over_1e-4": first}
 
 
 def main() -> None:
