@@ -12,9 +12,28 @@ from tunix_lit import runtime  # noqa: E402
 runtime.tune_host_allocator()
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long tests; run with `pytest -m slow` (the default run skips them)")
+
+
+def _shares_a_fixture(item):
+    """Does the test use a fixture built once for several tests (module, class or package scope, ours)?"""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info else ()
+    return any(d.scope in ("class", "module", "package", "session") and d.baseid for ds in defs for d in ds)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Two workers (`-n 2 --dist loadgroup`, pytest.ini) and no fixture built twice: tests that share a fixture
+    stay together on one worker, one group per file; every other test (each notebook too) goes wherever a
+    worker is free. Groups and notebooks, the long units, are handed out first so both workers finish together."""
+    for item in items:
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(str(item.path.relative_to(config.rootpath))))
+    items.sort(key=lambda it: 0 if any(it.iter_markers("xdist_group")) else 1 if it.path.name == "test_notebooks.py" else 2)
