@@ -1,9 +1,21 @@
 """Test set-up: 8 fake CPU devices, set before anything imports jax (the first import wins)."""
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Compiling, not running, is most of a test's time on the tiny model, and the notebooks and tests compile many
+# identical programs: one JAX compilation cache for the whole run (both workers and every notebook and
+# launched process inherit the variable), fresh each run and removed after it.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache = tempfile.mkdtemp(prefix="tunix_lit_tests_jax_cache_")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    atexit.register(shutil.rmtree, _cache, True)
 
 from tunix_lit import runtime  # noqa: E402
 
