@@ -3,7 +3,10 @@
 The two-process job is started by `tunix_lit.distributed.launch_local` (the launcher the book shows); the
 one-process run is `tunix_lit.cli.main` here, where conftest gives 8 devices. Both runs write metrics.jsonl;
 the tests compare them step by step, check that only one process wrote, and resume each run directory in the
-other process count. The full-length comparisons (the whole GRPO and LoRA recipes) are `slow`.
+other process count. Every test here is `slow` (a whole recipe as a job, 2-3 minutes of CPU together):
+the default run covers the launcher, the data split, a gathered metric, an orbax round trip, one writer and
+a killed process in tests/test_distributed.py; `python -m pytest -m slow tests/test_multiprocess_train.py`
+runs these.
 """
 import json
 import os
@@ -29,7 +32,8 @@ GRPO = [str(ROOT / "recipes" / "grpo_tiny.yaml"), *MESH, "training.batch_size=8"
 LORA = [str(ROOT / "recipes" / "lora_tiny.yaml"), *MESH, "training.batch_size=16", "task.heldout_size=32",
         "eval.batch_size=32", "training.log_every_n_steps=1", "training.save_every_n_steps=2"]
 
-pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="the one-process side needs 8 devices (conftest)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(jax.device_count() != 8, reason="the one-process side needs 8 devices (conftest)")]
 
 
 def _two_processes(args, run_dir, timeout_s=300):
