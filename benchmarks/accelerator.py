@@ -67,6 +67,10 @@ def main(argv=None):
     p.add_argument("--budget-s", type=float, default=480.0, help="stop starting parts after this many seconds")
     p.add_argument("--quick", action="store_true", help="a small model: checks the script itself, e.g. on a CPU")
     p.add_argument("--batches", default="1,8,32,128")
+    p.add_argument("--rl-batch", type=int, default=8, help="GRPO prompts per step (x 4 generations)")
+    p.add_argument("--sft-batch", type=int, default=8, help="LoRA SFT sequences of 512 per step")
+    p.add_argument("--peak-gbs", type=float, default=0.0,
+                   help="the device's published HBM bandwidth in GB/s (H200 4800, TPU v5e 819): a second ceiling")
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--tests-s", type=float, default=170.0,
                    help="seconds kept for the numerics tests at the end (the H200 run needed ~140 s)")
@@ -75,21 +79,25 @@ def main(argv=None):
     deadline = end - (0 if args.skip_tests else args.tests_s)  # the benchmarks leave the tests their share
     model = QUICK if args.quick else GEMMA3_1B
     py = sys.executable
-    for b in [int(x) for x in args.batches.split(",")]:
+    for b in [int(x) for x in args.batches.split(",") if x.strip()]:
         run_part(f"sampler_b{b}", [py, "benchmarks/sampler.py", *model, "--batch", str(b), "--prompt-len", "128",
                                    "--gen-len", "128", "--repeats", "3", "--roofline", "on",
-                                   "--bw-mb", "64" if args.quick else "2048"], args.out, deadline)
-    run_part("grpo_step", [py, "benchmarks/grpo_step.py", *model, "--batch", "8", "--num-generations", "4",
+                                   "--bw-mb", "64" if args.quick else "2048", "--peak-gbs", str(args.peak_gbs)],
+                 args.out, deadline)
+    run_part("grpo_step", [py, "benchmarks/grpo_step.py", *model, "--batch", str(args.rl_batch), "--num-generations", "4",
                            "--prompt-len", "64", "--gen-len", "128", "--steps", "4"], args.out, deadline)
-    run_part("sft_lora8", [py, "benchmarks/sft_step.py", *model, "--batch", "8", "--seq-len", "512",
+    run_part("sft_lora8", [py, "benchmarks/sft_step.py", *model, "--batch", str(args.sft_batch), "--seq-len", "512",
                            "--steps", "6", "--pipelined-steps", "4", "--lora-rank", "8"], args.out, deadline)
     if not args.skip_tests:
-        import jax  # only to learn the platform; the tests run in their own process
-
-        platform = jax.default_backend()
+        # learn the platform in a process that exits: a TPU is held by one process at a time
+        platform = subprocess.run([py, "-c", "import jax; print(jax.default_backend())"], capture_output=True,
+                                  text=True).stdout.strip().splitlines()[-1]
+        env = {"JAX_PLATFORMS": platform}
+        if platform == "tpu":  # float32 products on a TPU default to bf16 passes; the tests compare formulas
+            env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
         # one pytest process (-n 0): two workers would each take most of the GPU's memory
         run_part("numerics_tests", [py, "-m", "pytest", "-q", "-n", "0", *NUMERICS, "-k", NEEDS_MESH],
-                 args.out, end, env={"JAX_PLATFORMS": platform})
+                 args.out, end, env=env)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ def parse_args(argv=None):
     p.add_argument("--roofline", default="auto", choices=["auto", "on", "off"],
                    help="measure bandwidth and the ceiling fraction (auto: at batch 1)")
     p.add_argument("--bw-mb", type=int, default=512)
+    p.add_argument("--peak-gbs", type=float, default=0.0,
+                   help="the device's published memory bandwidth in GB/s (e.g. 819 for a TPU v5e): adds a ceiling "
+                        "from it beside the measured one, since a one-array probe can fall short of the peak")
     add_max_isa_arg(p)
     args, unknown = p.parse_known_args(argv)
     if unknown:
@@ -193,6 +196,10 @@ def main(argv=None):
         rec["roofline"] = dict(weight_bytes=weight_b, kv_bytes_per_seq=kv_b, bytes_per_step=step_b,
                                measured_bw_gbs=round(bw, 2), ceiling_tok_s=round(ceiling, 1),
                                fraction_of_ceiling=round(tokens_per_s / ceiling, 3))
+        if args.peak_gbs > 0:
+            spec = args.batch * args.peak_gbs * 1e9 / step_b
+            rec["roofline"].update(peak_gbs=args.peak_gbs, peak_ceiling_tok_s=round(spec, 1),
+                                   fraction_of_peak_ceiling=round(tokens_per_s / spec, 3))
     rec["env"] = dict(python=platform.python_version(), jax=jax.__version__, backend=jax.default_backend(),
                       devices=len(jax.devices()), cpus=os.cpu_count(), xla_flags=os.environ.get("XLA_FLAGS", ""))
     rec["machine"] = machine_info()
