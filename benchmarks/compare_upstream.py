@@ -34,6 +34,11 @@ WORK = {  # what -> (our script, the figure both print, which direction is bette
 }
 
 
+def default_venv() -> Path:
+    """Where upstream's venv lives: $TUNIX_LIT_UPSTREAM_VENV or ~/.cache/tunix-lit-upstream."""
+    return Path(os.environ.get("TUNIX_LIT_UPSTREAM_VENV", Path.home() / ".cache" / "tunix-lit-upstream"))
+
+
 def upstream_python(venv_dir: Path) -> Path:
     """The venv's interpreter, built and filled on first use."""
     py = venv_dir / "bin" / "python"
@@ -63,8 +68,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=sorted(WORK))
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--venv", type=Path,
-                   default=Path(os.environ.get("TUNIX_LIT_UPSTREAM_VENV", Path.home() / ".cache" / "tunix-lit-upstream")))
+    p.add_argument("--venv", type=Path, default=default_venv())
     args, flags = p.parse_known_args(argv)
     script, key, better = WORK[args.what]
     py = upstream_python(args.venv)

@@ -1,7 +1,12 @@
-"""Where a benchmark's compiled time goes: run benchmarks/sampler.py or grpo_step.py under jax.profiler and rank XLA:CPU thunks.
+"""Where a benchmark's compiled time goes: run a benchmark under jax.profiler and rank XLA:CPU thunks.
 
   python benchmarks/profile_thunks.py sampler --batch 32      # any flags of the benchmark follow its name
+  python benchmarks/profile_thunks.py sft --steps 6
   python benchmarks/profile_thunks.py grpo --steps 4
+  python benchmarks/profile_thunks.py sampler --batch 8 --upstream   # upstream Tunix's side, in its venv
+
+`sampler`, `sft` and `grpo` profile benchmarks/sampler.py, sft_step.py and grpo_step.py; with `--upstream`
+the same work through benchmarks/upstream_bench.py, in the venv compare_upstream.py builds (re-run there).
 
 Prints one JSON line: total thunk time per category (YNNPACK matmul fusions, Eigen dots, everything else) and
 the `--top` most expensive thunks, each with its total milliseconds and how many times it ran. Times are summed
@@ -17,6 +22,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -54,29 +60,41 @@ def thunk_times(trace_dir: str):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("bench", choices=["sampler", "grpo"])
+    p.add_argument("bench", choices=["sampler", "sft", "grpo"])
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--upstream", action="store_true", help="profile upstream's side (upstream_bench.py) in its venv")
     add_max_isa_arg(p)
     args, rest = p.parse_known_args(argv)
-    apply_max_isa(args.max_isa)  # here, not in the benchmark: the profiler starts JAX first
-    from tunix_lit import runtime
+    if args.upstream and os.environ.get("TUNIX_LIT_PROFILE_SIDE") != "upstream":
+        from compare_upstream import default_venv, upstream_python
 
-    runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 15)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["TUNIX_LIT_PROFILE_SIDE"] = "upstream"
+        cmd = [str(upstream_python(default_venv())), os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:])]
+        raise SystemExit(subprocess.run(cmd, env=env).returncode)
+    apply_max_isa(args.max_isa)  # here, not in the benchmark: the profiler starts JAX first
+    if args.upstream:
+        bench, bench_argv = __import__("upstream_bench"), [args.bench, *rest]
+    else:
+        from tunix_lit import runtime
+
+        runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 15)
+        bench = __import__({"sampler": "sampler", "sft": "sft_step", "grpo": "grpo_step"}[args.bench])
+        bench_argv = rest
     import jax
 
-    bench = __import__("sampler" if args.bench == "sampler" else "grpo_step")
     with tempfile.TemporaryDirectory() as d:
         out = io.StringIO()
         jax.profiler.start_trace(d)
         with contextlib.redirect_stdout(out):
-            bench.main(rest)
+            bench.main(bench_argv)
         jax.profiler.stop_trace()
         total, count = thunk_times(d)
     kind = lambda n: "ynn_matmul" if n.startswith("ynn") else ("eigen_dot" if re.match(r"dot(\.\d+)?$", n) else "other")
     by_kind = collections.Counter()
     for name, ns in total.items():
         by_kind[kind(name)] += ns
-    rec = dict(bench=f"profile_{args.bench}", flags=rest,
+    rec = dict(bench=f"profile_{args.bench}", side="upstream" if args.upstream else "ours", flags=rest,
                ms_by_kind={k: round(v / 1e6, 1) for k, v in by_kind.items()},
                top=[dict(name=n, ms=round(ns / 1e6, 2), runs=count[n]) for n, ns in total.most_common(args.top)],
                bench_line=json.loads(out.getvalue().strip().splitlines()[-1]), machine=machine_info())

@@ -137,9 +137,10 @@ def run_mode(args, mode):
         jax.block_until_ready(trainable())
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    result = trainer.train(batches[args.steps:])
+    result = trainer.train(batches[args.steps:])  # an empty list (--pipelined-steps 0) trains nothing more
     jax.block_until_ready(trainable())
     t_pipe = time.perf_counter() - t0
+    n_pipe = max(args.pipelined_steps, 1)
     after = nnx.state(trainer.model, nnx.Not(nnx.LoRAParam))
     base_changed = any(not np.array_equal(a, np.asarray(b)) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
     _, losses = trainer.metrics.history("loss")
@@ -157,8 +158,8 @@ def run_mode(args, mode):
         second_step_s=round(times[1], 4) if len(times) > 1 else None, steady_steps="3..N",
         step_s=[round(x, 4) for x in times], median_step_s=round(med, 4), min_step_s=round(min(rest), 4),
         max_step_s=round(max(rest), 4), tokens_per_s=round(B * T / med, 1),
-        pipelined_steps=args.pipelined_steps, pipelined_s_per_step=round(t_pipe / args.pipelined_steps, 4),
-        pipelined_tokens_per_s=round(B * T * args.pipelined_steps / t_pipe, 1),
+        pipelined_steps=args.pipelined_steps, pipelined_s_per_step=round(t_pipe / n_pipe, 4) if args.pipelined_steps else None,
+        pipelined_tokens_per_s=round(B * T * args.pipelined_steps / t_pipe, 1) if args.pipelined_steps else None,
         base_params_changed=bool(base_changed), train_steps=result.step,
         train_step_jit_cache_size=trainer._train_step._cache_size(),  # 1 = compiled once
         loadavg_start=load0, loadavg_end=open("/proc/loadavg").read().split()[:3],

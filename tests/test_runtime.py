@@ -105,3 +105,33 @@ def test_asking_starts_no_backend_and_a_started_one_answers():
     (asked, started), after, actual = json.loads(out.stdout.strip().splitlines()[-1])
     assert (asked, started) == ("cpu", 0)  # asking did not start JAX's backend
     assert after == actual == "cpu"
+
+
+@pytest.mark.parametrize("flags,want", [
+    ({"avx2", "fma"}, {"xla_cpu_experimental_ynn_fusion_type": ""}),  # AVX2 only: Eigen's dots
+    ({"avx2", "fma", "avx512f"}, None),  # AVX-512: XLA's default
+    ({"asimd"}, None),  # not x86
+    (set(), None),  # unreadable: nothing changes
+])
+def test_decode_kernels_follow_the_cpu(monkeypatch, flags, want):
+    monkeypatch.delenv("TUNIX_LIT_DECODE_DOTS", raising=False)
+    assert rt.decode_compiler_options("cpu", frozenset(flags)) == want
+    assert rt.decode_compiler_options("tpu", frozenset(flags)) is None  # never on an accelerator
+    assert rt.decode_compiler_options("gpu", frozenset(flags)) is None
+
+
+def test_decode_kernels_override_and_its_check(monkeypatch):
+    monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eigen")
+    assert rt.decode_compiler_options("cpu", frozenset({"avx512f", "avx2"})) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+    monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "YNNPACK")
+    assert rt.decode_compiler_options("cpu", frozenset({"avx2"})) is None
+    monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eign")
+    with pytest.raises(ValueError, match="eign"):
+        rt.decode_compiler_options("cpu")
+
+
+def test_cpu_flags_read_this_machine():
+    flags = rt.cpu_flags()
+    assert isinstance(flags, frozenset)
+    if platform.system() == "Linux" and platform.machine() == "x86_64":
+        assert "sse2" in flags  # every x86-64 CPU has it

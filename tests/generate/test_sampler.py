@@ -84,6 +84,18 @@ def test_greedy_equals_full_recompute_loop(tok, family):
         assert list(got) == greedy_reference(model, prompt, 10)
 
 
+@pytest.mark.parametrize("dots", ["eigen", "ynnpack"])
+def test_either_cpu_matmul_kernel_gives_the_full_recompute_tokens(tok, model, dots, monkeypatch):
+    """Both kernel choices of chapter 15 compile the prefill and decode, and both give the reference's greedy tokens."""
+    monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", dots)
+    sampler = Sampler(model, tok)
+    assert sampler.compiler_options == ({"xla_cpu_experimental_ynn_fusion_type": ""} if dots == "eigen" else None)
+    prompts = [tok.encode(p) for p in PROMPTS]
+    out = sampler.generate(prompts, max_new_tokens=6, stop_tokens=[])
+    for prompt, got in zip(out.prompt_tokens, out.tokens):
+        assert list(got) == greedy_reference(model, prompt, 6)
+
+
 def test_greedy_stops_where_the_loop_stops(tok, model):
     """With a stop token the rows end at the reference's first stop token, and include it."""
     first = greedy_reference(model, tok.encode(PROMPTS[0]), 6)

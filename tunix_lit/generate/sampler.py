@@ -28,6 +28,7 @@ from flax import nnx
 from flax import struct
 
 from ..models import transformer as tfm
+from .. import runtime
 from ..models.tokenizer import Tokenizer
 
 # %% ../../nbs/14_sampler.ipynb #d201547c
@@ -246,10 +247,16 @@ class Sampler:
         self.traces = collections.Counter()  # times each compiled function was traced (= compiled)
         self._key = jax.random.key(seed)
         self.state = state  # through the checked setter below
-        self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode"))
+        # which XLA:CPU matmul kernels the two programs use is chosen per CPU (chapter 15); None elsewhere
+        on = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
+        platform = next(iter(on[0].devices())).platform if on else jax.default_backend()
+        self.compiler_options = runtime.decode_compiler_options(platform)
+        self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode"),
+                                compiler_options=self.compiler_options)
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
         # XLA update the cache in place instead of holding two copies of it.
-        self._decode = jax.jit(self._trace_decode, static_argnames=("mode",), donate_argnames=("carry",))
+        self._decode = jax.jit(self._trace_decode, static_argnames=("mode",), donate_argnames=("carry",),
+                               compiler_options=self.compiler_options)
 
     def _trace_prefill(self, state, *args, buffer_len, mode):
         self.traces["prefill"] += 1
