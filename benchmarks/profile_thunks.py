@@ -90,7 +90,7 @@ def main(argv=None):
             bench.main(bench_argv)
         jax.profiler.stop_trace()
         total, count = thunk_times(d)
-    kind = lambda n: "ynn_matmul" if n.startswith("ynn") else ("eigen_dot" if re.match(r"dot(\.\d+)?$", n) else "other")
+    kind = lambda n: "ynn_matmul" if n.startswith("ynn") else ("eigen_dot" if re.match(r"dot(_general)?(\.\d+)?$", n) else "other")
     by_kind = collections.Counter()
     for name, ns in total.items():
         by_kind[kind(name)] += ns
