@@ -216,3 +216,10 @@ def test_logps_on_a_sharded_mesh_match_numpy_whether_rows_split_or_not():
                                atol=1e-4)
     with pytest.raises(ValueError, match="does not divide"):
         cluster.actor_logps(three, micro_batch_size=2)
+    # runs of 2 equal prompts, each run once: the same NumPy log-probs; micro-batches must hold whole runs
+    pairs = Rollout(*(np.repeat(getattr(ro, f.name)[:2], 2, axis=0) if f.name != "text" else [t for t in ro.text[:2] for _ in "ab"]
+                      for f in dataclasses.fields(Rollout)))
+    np.testing.assert_allclose(np.asarray(cluster.reference_logps(pairs, group_size=2)),
+                               numpy_logps(plain, pairs, ROLL.temperature), atol=1e-4)
+    with pytest.raises(ValueError, match="not a multiple of group_size=4"):
+        cluster.reference_logps(pairs, micro_batch_size=2, group_size=4)

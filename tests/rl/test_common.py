@@ -127,6 +127,36 @@ def test_chunked_head_gives_the_same_logps_entropy_and_gradients(tiny):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_gradients(tiny):
+    """group_size=G (each prompt run once, its cache repeated) = per-row unpadded NumPy log-probs, and the
+    full pass's entropy and gradients, with siblings whose completions differ in content and length."""
+    G = 2
+    prompts = [p for p in PROMPTS for _ in range(G)]
+    completions = [c if i % G == 0 else c[1:] for i, c in enumerate(c for c in COMPLETIONS for _ in range(G))]
+    p, pm = common.pad_rows(prompts, 5, PAD, left=True)
+    c, cm = common.pad_rows(completions, 6, PAD)
+    batch = tuple(jnp.asarray(a) for a in (p, pm, c, cm))
+
+    def total(model, group):
+        lp, ent = common.compute_completion_logps(model, *batch, temperature=0.7, return_entropy=True, group_size=group)
+        return lp.sum() + 0.1 * ent.sum(), (lp, ent)
+
+    step = nnx.jit(nnx.value_and_grad(total, has_aux=True), static_argnums=1)
+    (_, (lp_full, ent_full)), g_full = step(tiny, 1)
+    (_, (lp, ent)), g = step(tiny, G)
+    for b, (pr, co) in enumerate(zip(prompts, completions)):
+        logits = np.asarray(_forward(tiny, jnp.asarray([pr + co])), np.float64)[0] / 0.7
+        for t, tok in enumerate(co):
+            z = logits[len(pr) - 1 + t]
+            assert float(lp[b, t]) == pytest.approx(z[tok] - z.max() - np.log(np.exp(z - z.max()).sum()), abs=1e-4)
+        assert (np.asarray(lp[b, len(co):]) == 0).all()
+    np.testing.assert_allclose(ent, ent_full, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_full)):  # the G copies are summed in another order
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    with pytest.raises(ValueError, match="group_size=2 does not divide the 3 rows"):
+        common.compute_completion_logps(tiny, *(a[:3] for a in batch), group_size=G)
+
+
 # ---------------------------------------------------------------- completion masks
 
 @pytest.mark.parametrize("ids,want", [

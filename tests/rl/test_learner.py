@@ -222,6 +222,56 @@ def test_every_step_logs_the_rollout_log_prob_gap(tmp_path):
     assert all(r["sync/seconds"] >= 0 for r in rows if r["mode"] == "train")
 
 
+def test_an_on_policy_step_measures_the_gap_in_its_loss_without_an_actor_pass(tmp_path):
+    """μ = 1, one mini-batch: no actor forward after generation; the logged gap is the max over the step's
+    micro-batches of |sampler − actor| from a from-scratch recompute, and a sync that delivers nothing shows."""
+    from tunix_lit.rl.cluster import Role
+    from tunix_lit.rollout.engines import SyncReport
+
+    cfg = rl.RLTrainingConfig(batch_size=4, train_micro_batch_size=2, max_steps=2, progress_bar=False,
+                              log_dir=str(tmp_path))
+    learner = make(cfg, GRPOConfig(num_generations=2, beta=0.0))
+    assert learner.gap_in_loss and learner.sizes.accumulation == 2
+    actor_passes, logps = [], learner.cluster._logps
+    learner.cluster._logps = lambda role, *a: (actor_passes.append(role), logps(role, *a))[1]
+    learner.cluster.rollout.sync_weights = lambda actor: SyncReport(0, 0.0, 0)  # step 2 samples with step 1's weights
+    seen, params = _record_updates(learner)
+    learner.train(DATA)
+    learner.close()
+    assert Role.ACTOR not in actor_passes
+    gaps = [r["rollout_logp_gap"] for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+            if r["mode"] == "train"]
+    want = [max(float(np.abs(mb["sampler_logps"] - _logps_reference(learner, p, mb))[mb["completion_mask"] == 1].max())
+                for mb in mini) for mini, p in zip(seen, params)]
+    assert len(gaps) == 2 and gaps[0] <= 1e-4  # step 1: the engine shares the actor's arrays
+    assert gaps[1] > 1e-3 and gaps[1] == pytest.approx(want[1], rel=1e-3)  # the stale sync, the worst micro-batch
+    per_micro = [float(np.abs(mb["sampler_logps"] - _logps_reference(learner, params[1], mb))[mb["completion_mask"] == 1].max())
+                 for mb in seen[1]]
+    assert abs(np.mean(per_micro) - max(per_micro)) > 1e-3 * max(per_micro)  # a mean would have been another number
+
+
+def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
+    """A recorded micro-batch: GRPO's loss (each prompt run once) and its gradient equal those of the full pass."""
+    learner = make(algo=GRPOConfig(num_generations=2, beta=0.0))
+    seen, params = _record_updates(learner)
+    learner.train(DATA)
+    mb = {k: jnp.asarray(v) for k, v in seen[0][0].items()}
+    assert np.array_equal(mb["prompt_ids"][0::2], mb["prompt_ids"][1::2])  # runs of G equal prompts
+    model = nnx.merge(nnx.graphdef(learner.trainer.model), jax.tree.map(jnp.asarray, params[0]))
+    rng = jax.random.key(0)
+
+    def loss(m, batch):
+        out = learner.loss_fn(m, batch, rng)
+        return out.total, out
+
+    full_batch = {**mb, "completion_attention": mb["completion_mask"]}  # a multi-turn batch: the full pass
+    (v_shared, _), g_shared = nnx.value_and_grad(loss, has_aux=True)(model, mb)
+    (v_full, _), g_full = nnx.value_and_grad(loss, has_aux=True)(model, full_batch)
+    assert float(v_shared) == pytest.approx(float(v_full), rel=1e-5, abs=1e-6)
+    for a, b in zip(jax.tree.leaves(g_shared), jax.tree.leaves(g_full)):  # the G copies are summed in another order
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+
+
 class _SilentEngine:
     """An engine with no log-probs: every completion is the stop token."""
 

@@ -193,6 +193,24 @@ def test_sharded_training_matches_single_device():
 
 # -- the extension surface: prepare / apply_update / pop_metrics / sync_model / rng / load_state ----------
 
+def test_extra_metrics_average_over_micro_batches_except_max_ones():
+    """With accumulation, an extra metric is the mean of the micro-batches' values; one named *_max is their max."""
+    def loss(model, batch, rng):
+        out = tr.next_token_loss(model, batch, rng)
+        first = batch["tokens"][0, 0].astype(jnp.float32)  # a different number in every micro-batch
+        return tr.LossOutput(out.total, out.weight, {"first": first, "first_max": -first})
+
+    micro = make_batches(3, batch=2, seed=7)
+    firsts = [float(m["tokens"][0, 0]) for m in micro]
+    assert len(set(firsts)) == 3
+    t = tr.PeftTrainer(create_model(CFG, seed=0), optax.sgd(0.1), quiet(max_steps=1, gradient_accumulation_steps=3),
+                       loss_fn=loss)
+    t.apply_update(t.prepare(micro))
+    (row,) = t.pop_metrics()
+    assert row["first"] == pytest.approx(np.mean(firsts), rel=1e-6)
+    assert row["first_max"] == pytest.approx(max(-f for f in firsts), rel=1e-6)  # negative values: -inf start, not 0
+
+
 def test_apply_update_twice_equals_two_train_steps():
     """Driving the step by hand gives the same parameters and losses as `train` on the same batches."""
     batches = make_batches(4, ragged=True, seed=5)

@@ -363,7 +363,8 @@ def explain(self: RLCluster) -> str:
 # %% ../../nbs/21_rl_cluster.ipynb #a4f47673
 @patch
 def generate(self: RLCluster, prompts: Sequence, *, micro_batch_size: Optional[int] = None, seed=None,
-             max_new_tokens: Optional[int] = None, temperature: Optional[float] = None) -> Rollout:
+             max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
+             measure_gap: bool = True) -> Rollout:
     """Sample one completion per prompt (str or token ids) on the rollout role: fixed-width `Rollout`."""
     if len(prompts) == 0:
         raise ValueError("prompts is empty; give at least one prompt")
@@ -387,7 +388,8 @@ def generate(self: RLCluster, prompts: Sequence, *, micro_batch_size: Optional[i
             key = jax.random.fold_in(key, start)
         parts.append(self._generate_chunk(rows[start:start + mb], key, T, temperature or cfg.temperature))
     out = parts[0] if len(parts) == 1 else Rollout.concat(parts)
-    if (temperature or cfg.temperature) == cfg.temperature:  # the recompute runs at the rollout temperature
+    # the recompute runs at the rollout temperature; measure_gap=False: the caller compares it from its own pass
+    if measure_gap and (temperature or cfg.temperature) == cfg.temperature:
         self._track_gap(out, mb if len(rows) % mb == 0 else None)
     return out
 
@@ -411,23 +413,25 @@ def _generate_chunk(self: RLCluster, rows, key, T, temperature) -> Rollout:
 
 # %% ../../nbs/21_rl_cluster.ipynb #f8334e5b
 @patch
-def _logps(self: RLCluster, role, model, rollout, micro_batch_size) -> jax.Array:
+def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: int = 1) -> jax.Array:
     """log π of each completion token under `model`, on `role`'s mesh (float32 [N, T], 0 on pads)."""
     graphdef, state = nnx.split(model)
-    fn = self._logps_fns.get(role)
+    fn = self._logps_fns.get((role, group_size))
     if fn is None:
         temperature = self.rollout_config.temperature
 
         def logps(state, p, pm, c, cm):
             m = nnx.merge(graphdef, state)
-            return common.compute_completion_logps(m, p, pm, c, cm, temperature=temperature)
+            return common.compute_completion_logps(m, p, pm, c, cm, temperature=temperature, group_size=group_size)
 
-        fn = self._logps_fns[role] = jax.jit(logps)
+        fn = self._logps_fns[(role, group_size)] = jax.jit(logps)
     arrays = (rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, rollout.completion_mask)
     N = arrays[0].shape[0]
     mb = micro_batch_size or N
     if N % mb:
         raise ValueError(f"micro_batch_size={mb} does not divide the {N} rows")
+    if mb % group_size:
+        raise ValueError(f"micro_batch_size={mb} is not a multiple of group_size={group_size}: a group's rows run together")
     mesh = self.meshes[role]
     out = []
     for s in range(0, N, mb):
@@ -438,11 +442,11 @@ def _logps(self: RLCluster, role, model, rollout, micro_batch_size) -> jax.Array
 
 # %% ../../nbs/21_rl_cluster.ipynb #b5b8d342
 @patch
-def reference_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None) -> jax.Array:
+def reference_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1) -> jax.Array:
     """log π_ref of each completion token (float32 [N, T], 0 on pads) on the reference mesh."""
     if self.reference is None:
         raise ValueError("this cluster has no reference model; pass reference=... (or 'actor') to RLCluster")
-    return self._logps(Role.REFERENCE, self.reference, rollout, micro_batch_size)
+    return self._logps(Role.REFERENCE, self.reference, rollout, micro_batch_size, group_size)
 
 
 @patch
@@ -452,21 +456,27 @@ def actor_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = N
 
 
 @patch
-def rollout_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None) -> jax.Array:
+def rollout_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1) -> jax.Array:
     """log π of each completion token under the rollout's weights (the policy that sampled), at temperature."""
     if hasattr(self.rollout, "model"):  # our sampler: its own weights, on its own mesh
-        return self._logps(Role.ROLLOUT, self.rollout.model, rollout, micro_batch_size)
-    return self._logps(Role.ACTOR, self._policy, rollout, micro_batch_size)  # what the engine was last sent
+        return self._logps(Role.ROLLOUT, self.rollout.model, rollout, micro_batch_size, group_size)
+    return self._logps(Role.ACTOR, self._policy, rollout, micro_batch_size, group_size)  # what the engine was last sent
 
 # %% ../../nbs/21_rl_cluster.ipynb #f87cce45
 @patch
 def _track_gap(self: RLCluster, rollout: Rollout, micro_batch_size) -> None:
     """Fold max |engine log-prob − actor log-prob| of this rollout into the running max (stays on device)."""
-    if self._policy is None or not self.rollout_config.measure_logp_gap or not self.rollout.returns_logprobs:
+    if self._policy is None or not self.measures_logp_gap:
         return
     actor = self._logps(Role.ACTOR, self._policy, rollout, micro_batch_size)
     gap = max_logp_gap(rollout.logprobs, actor, rollout.completion_mask)
     self._gap = gap if self._gap is None else jnp.maximum(self._gap, gap)
+
+
+@patch(as_prop=True)
+def measures_logp_gap(self: RLCluster) -> bool:
+    """True when rollouts' log-probs are compared with the actor's: the config asks and the engine reports them."""
+    return bool(self.rollout_config.measure_logp_gap and self.rollout.returns_logprobs)
 
 
 @patch

@@ -190,15 +190,33 @@ def _head_logps(model, hidden, tokens, temperature, return_entropy, chunk_size):
 
 def compute_completion_logps(model, prompt_ids: jax.Array, prompt_mask: jax.Array, completion_ids: jax.Array,
                              completion_mask: jax.Array, *, temperature: float = 1.0, return_entropy: bool = False,
-                             chunk_size: Optional[int] = None):
+                             chunk_size: Optional[int] = None, group_size: int = 1):
     """log π(completion token | prefix) under `model`: float32 [B, T] (and entropy [B, T]), 0 where completion_mask is 0."""
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
-    ids = jnp.concatenate([prompt_ids, completion_ids], axis=1)  # [B, P + T]
     mask = jnp.concatenate([prompt_mask, completion_mask], axis=1).astype(bool)
-    hidden, _ = model(ids, positions_from_mask(mask), None, mask, return_hidden=True)
-    out = _head_logps(model, hidden[:, P - 1:P + T - 1], completion_ids, temperature, return_entropy, chunk_size)
+    if group_size > 1:  # runs of group_size rows share one prompt: run it once (next section)
+        hidden = _grouped_hidden(model, prompt_ids, completion_ids, mask, group_size)
+    else:
+        ids = jnp.concatenate([prompt_ids, completion_ids], axis=1)  # [B, P + T]
+        hidden, _ = model(ids, positions_from_mask(mask), None, mask, return_hidden=True)
+        hidden = hidden[:, P - 1:P + T - 1]
+    out = _head_logps(model, hidden, completion_ids, temperature, return_entropy, chunk_size)
     keep = completion_mask.astype(bool)
     return jax.tree.map(lambda a: jnp.where(keep, a, 0.0), out)
+
+# %% ../../nbs/20_rl_common.ipynb #3fa1c9be
+def _grouped_hidden(model, prompt_ids, completion_ids, mask, G: int) -> jax.Array:
+    """Final hidden states at slots P-1..P+T-2 [B, T, D], each run of G rows' shared prompt run once."""
+    (B, P), T = prompt_ids.shape, completion_ids.shape[1]
+    if B % G:
+        raise ValueError(f"group_size={G} does not divide the {B} rows")
+    positions = positions_from_mask(mask)
+    cache = model.init_cache(B // G, P + T)
+    first, cache = model(prompt_ids[::G], positions[::G, :P], cache, mask[::G], return_hidden=True)
+    repeat = lambda a: jnp.repeat(a, G, axis=0)  # [B/G, ...] -> [B, ...], each row G times in place
+    cache = cache.replace(k=tuple(map(repeat, cache.k)), v=tuple(map(repeat, cache.v)))
+    rest, _ = model(completion_ids, positions[:, P:], cache, mask, return_hidden=True)
+    return jnp.concatenate([repeat(first[:, P - 1:]), rest[:, :T - 1]], axis=1)
 
 # %% ../../nbs/20_rl_common.ipynb #c9da0956
 KL_ESTIMATORS = Registry("KL estimator")

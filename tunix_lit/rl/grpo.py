@@ -24,7 +24,8 @@ from fastcore.basics import patch
 from ..models import transformer as tfm
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
-from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
+from .learner import (RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, loss_gap_metric,
+                                  policy_logps, repeat_rows)
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/32_grpo.ipynb #c6d90007
@@ -120,7 +121,9 @@ def make_experience(self: GRPOLearner, rows, step, chunk):
     algo, G, sizes = self.algo, self.num_generations, self.sizes
     t0 = time.perf_counter()
     prompts, columns = repeat_rows(rows, G)
-    ro = self.cluster.generate(prompts, micro_batch_size=sizes.rollout_micro * G, seed=step * 10_000 + chunk)
+    in_loss = self.gap_in_loss  # the loss's forward is the actor's recompute: no extra pass here (chapter 31)
+    ro = self.cluster.generate(prompts, micro_batch_size=sizes.rollout_micro * G, seed=step * 10_000 + chunk,
+                               measure_gap=not in_loss)
     t_gen = time.perf_counter() - t0
     rewards, metrics = compute_rewards(self.reward_fns, prompts, ro.text, columns)
     lengths = ro.completion_mask.sum(-1)
@@ -142,12 +145,14 @@ def make_experience(self: GRPOLearner, rows, step, chunk):
                     "groups/zero_variance": float((~informative).sum())})
     batch = dict(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
                  completion_mask=ro.completion_mask, advantages=adv.astype(np.float32))
+    if in_loss:
+        batch["sampler_logps"] = ro.logprobs
     t1 = time.perf_counter()
     mb = sizes.logps_micro * G
     if algo.beta > 0:
-        batch["ref_logps"] = tfm.to_host(self.cluster.reference_logps(ro, micro_batch_size=mb))
+        batch["ref_logps"] = tfm.to_host(self.cluster.reference_logps(ro, micro_batch_size=mb, group_size=G))
     if self.num_iterations > 1:  # the ratio needs the policy the rollouts came from
-        batch["old_logps"] = tfm.to_host(self.cluster.rollout_logps(ro, micro_batch_size=mb))
+        batch["old_logps"] = tfm.to_host(self.cluster.rollout_logps(ro, micro_batch_size=mb, group_size=G))
     metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, time.perf_counter() - t1
     for fn in self.metric_fns:
         metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
@@ -189,12 +194,15 @@ def loss_fn(self: GRPOLearner, model, batch, rng):
     algo = self.algo
     # a multi-turn batch (chapter 53) attends to its observations too; only completion_mask carries loss
     seen = {**batch, "completion_mask": batch["completion_attention"]} if "completion_attention" in batch else batch
+    # single-turn rows come in runs of G copies of one prompt (repeat_rows): each prompt runs once
+    G = 1 if "completion_attention" in batch else self.num_generations
     logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
-                                  entropy=algo.compute_entropy)
+                                  entropy=algo.compute_entropy, group_size=G)
     loss, metrics = self._policy_loss(
         logps, batch.get("old_logps"), batch["advantages"], batch["completion_mask"], epsilon=algo.epsilon,
         epsilon_high=algo.epsilon_high, epsilon_c=algo.epsilon_c, ref_logps=batch.get("ref_logps"),
         beta=algo.beta, kl_estimator=algo.kl_estimator, kl_clamp=algo.kl_clamp, entropy=entropy,
         loss_agg_mode=algo.loss_agg_mode, norm=float(batch["completion_ids"].shape[1]))
     weight = metrics.pop("loss_denominator")
+    metrics.update(loss_gap_metric(batch, logps))  # on-policy batches: the sampler-trainer gap, for free
     return LossOutput(loss * weight, weight, metrics)

@@ -64,7 +64,7 @@ class LossOutput(NamedTuple):
 
     total: jax.Array  # f32 []: the summed loss (e.g. Σ over target tokens of -log p)
     weight: jax.Array  # f32 []: what `total` is a sum over (e.g. the number of target tokens)
-    metrics: dict = {}  # extra f32 [] values to log (averaged over micro-batches)
+    metrics: dict = {}  # extra f32 [] values to log: averaged over micro-batches, or their max if named *_max
 
 
 def next_token_loss(model, batch: dict, rng: Optional[jax.Array] = None) -> LossOutput:
@@ -169,12 +169,17 @@ def make_train_step(graphdef, loss_fn: Callable, wrt, accumulation: int) -> Call
             def body(acc, xs):
                 micro, r = xs
                 g, out = grads_of(model, micro, r)
-                return jax.tree.map(jnp.add, acc, (g, out.total, out.weight, out.metrics)), None
+                sums = jax.tree.map(jnp.add, acc[:3], (g, out.total, out.weight))
+                extra = {k: (jnp.maximum if k.endswith("_max") else jnp.add)(acc[3][k], v) for k, v in out.metrics.items()}
+                return (*sums, extra), None
 
             g0, out0 = jax.eval_shape(grads_of, model, jax.tree.map(lambda x: x[0], batch), step_rng)
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), (g0, out0.total, out0.weight, out0.metrics))
-            (grads, total, weight, extra), _ = jax.lax.scan(body, zeros, (batch, jax.random.split(step_rng, accumulation)))
-            extra = jax.tree.map(lambda v: v / accumulation, extra)
+            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), (g0, out0.total, out0.weight))
+            start = {k: jnp.full(s.shape, -jnp.inf if k.endswith("_max") else 0.0, jnp.float32)
+                     for k, s in out0.metrics.items()}
+            (grads, total, weight, extra), _ = jax.lax.scan(body, (*zeros, start),
+                                                            (batch, jax.random.split(step_rng, accumulation)))
+            extra = {k: v if k.endswith("_max") else v / accumulation for k, v in extra.items()}
         scale = 1.0 / jnp.maximum(weight, 1e-8)  # an all-masked batch gives zero gradients, not NaN
         grads = jax.tree.map(lambda g, p: (g * scale).astype(p.dtype), grads, nnx.state(model, wrt))
         loss = total * scale
