@@ -251,25 +251,24 @@ def test_an_on_policy_step_measures_the_gap_in_its_loss_without_an_actor_pass(tm
 
 
 def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
-    """A recorded micro-batch: GRPO's loss (each prompt run once) and its gradient equal those of the full pass."""
+    """One micro-batch of experience: GRPO's loss (each prompt run once) and its gradient equal those of the full pass."""
     learner = make(algo=GRPOConfig(num_generations=2, beta=0.0))
-    seen, params = _record_updates(learner)
-    learner.train(DATA)
-    mb = {k: jnp.asarray(v) for k, v in seen[0][0].items()}
+    (mb,), _ = learner.make_experience(DATA[:4], 0, 0)
+    mb = {k: jnp.asarray(v) for k, v in mb.items()}
     assert np.array_equal(mb["prompt_ids"][0::2], mb["prompt_ids"][1::2])  # runs of G equal prompts
-    model = nnx.merge(nnx.graphdef(learner.trainer.model), jax.tree.map(jnp.asarray, params[0]))
     rng = jax.random.key(0)
 
-    def loss(m, batch):
-        out = learner.loss_fn(m, batch, rng)
-        return out.total, out
+    @nnx.jit
+    def loss_and_grad(model, batch):
+        return nnx.value_and_grad(lambda m: learner.loss_fn(m, batch, rng).total)(model)
 
     full_batch = {**mb, "completion_attention": mb["completion_mask"]}  # a multi-turn batch: the full pass
-    (v_shared, _), g_shared = nnx.value_and_grad(loss, has_aux=True)(model, mb)
-    (v_full, _), g_full = nnx.value_and_grad(loss, has_aux=True)(model, full_batch)
+    v_shared, g_shared = loss_and_grad(learner.trainer.model, mb)
+    v_full, g_full = loss_and_grad(learner.trainer.model, full_batch)
     assert float(v_shared) == pytest.approx(float(v_full), rel=1e-5, abs=1e-6)
     for a, b in zip(jax.tree.leaves(g_shared), jax.tree.leaves(g_full)):  # the G copies are summed in another order
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert max(float(np.abs(b).max()) for b in jax.tree.leaves(g_full)) > 0  # a loss that moves the weights
 
 
 class _SilentEngine:
