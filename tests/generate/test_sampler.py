@@ -425,3 +425,34 @@ def test_two_level_inverse_cdf_with_all_mass_on_the_last_id():
     logits[:, 5] = -40.0  # a sliver of mass far away
     draws = np.asarray(categorical_by_cdf(jax.random.key(3), jnp.asarray(logits)))
     assert set(draws.tolist()) <= {5, 776} and (draws == 776).mean() > 0.99
+
+
+def test_prompt_runs_finds_equal_runs_of_identical_prompts_only():
+    a, b, c = np.array([1, 5, 6]), np.array([1, 7]), np.array([1, 5, 6, 6])
+    assert sampler_lib.prompt_runs([a, a, b, b, c, c]) == 2
+    assert sampler_lib.prompt_runs([a] * 4) == 4
+    assert sampler_lib.prompt_runs([a, b, a, b]) == 1  # duplicates, not adjacent
+    assert sampler_lib.prompt_runs([a, a, a, b, b]) == 1  # unequal runs
+    assert sampler_lib.prompt_runs([a, a, b, c]) == 1  # one run breaks
+    assert sampler_lib.prompt_runs([a]) == 1
+
+
+def test_runs_of_one_prompt_prefill_once_and_sample_as_the_full_batch_does(tok, model, monkeypatch):
+    """Runs of 3 copies: tokens and log-probs equal those of the same call with every row prefilled, the
+    log-probs equal a full forward pass at the temperature, and the run-shaped prefill compiles once."""
+    rows = [tok.encode(p) for p in PROMPTS[:3] for _ in range(3)]
+    shared = Sampler(model, tok)
+    kw = dict(max_new_tokens=6, temperature=0.8, seed=5, stop_tokens=[])
+    a = shared.generate(rows, **kw)
+    shared.generate(rows, **{**kw, "seed": 6})
+    assert dict(shared.traces) == {"prefill": 1, "decode": 1}
+    assert len({tuple(t) for t in a.tokens[:3]}) > 1  # the copies of one prompt sample independently
+    monkeypatch.setattr(sampler_lib, "prompt_runs", lambda rows: 1)  # every row prefilled
+    b = Sampler(model, tok).generate(rows, **kw)
+    assert [list(t) for t in a.tokens] == [list(t) for t in b.tokens]
+    np.testing.assert_allclose(np.stack(a.logprobs), np.stack(b.logprobs), atol=1e-5)
+    for p, t, lp in zip(a.prompt_tokens, a.tokens, a.logprobs):
+        logits = np.asarray(model(jnp.asarray([list(p) + list(t)]))[0][0], np.float64) / 0.8
+        z = logits[len(p) - 1:-1]
+        want = z[np.arange(len(t)), t] - z.max(-1) - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1))
+        np.testing.assert_allclose(lp, want, atol=1e-4)

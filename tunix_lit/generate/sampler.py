@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf', 'sample_logits', 'token_logprobs',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
-           'SamplerOutput', 'Sampler']
+           'SamplerOutput', 'Sampler', 'prompt_runs']
 
 # %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
@@ -161,18 +161,23 @@ class DecodeState:
 
 # %% ../../nbs/14_sampler.ipynb #5b0de74c
 def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad_id, *,
-            buffer_len: int, mode: SamplingMode, cache_dtype) -> DecodeState:
-    """Run the prompt int32 [B, P] through the model, sample slot P, and return the decode carry."""
+            buffer_len: int, mode: SamplingMode, cache_dtype, repeat: int = 1) -> DecodeState:
+    """Run the prompt int32 [B/repeat, P] through the model, sample slot P of all B rows, and return the decode carry."""
     model = nnx.merge(graphdef, state)
-    B, P = prompt.shape
+    U, P = prompt.shape  # U distinct prompts, each the prompt of `repeat` adjacent rows
     slots = jnp.arange(buffer_len)
-    real = slots[None, :] >= pad[:, None]  # [B, L]: fixed for the whole call
+    real = slots[None, :] >= pad[:, None]  # [U, L]: fixed for the whole call
     positions = jnp.maximum(jnp.cumsum(real, axis=1) - 1, 0).astype(jnp.int32)
-    cache = model.init_cache(B, buffer_len, cache_dtype)
+    cache = model.init_cache(U, buffer_len, cache_dtype)
     names = ("batch", "kv_heads", "seq", "head_dim")  # the cache lives where chapter 10's rules put it
-    cache = cache.replace(k=tuple(tfm.shard(a, names) for a in cache.k), v=tuple(tfm.shard(a, names) for a in cache.v))
-    hidden, cache = model(prompt, positions[:, :P], cache, real, return_hidden=True)
-    logits = model.logits(hidden[:, -1:])[:, 0]  # [B, V]: slot P-1 is every row's last prompt token
+    placed = lambda c: c.replace(k=tuple(tfm.shard(a, names) for a in c.k), v=tuple(tfm.shard(a, names) for a in c.v))
+    hidden, cache = model(prompt, positions[:, :P], placed(cache), real, return_hidden=True)
+    logits = model.logits(hidden[:, -1:])[:, 0]  # [U, V]: slot P-1 is every row's last prompt token
+    if repeat > 1:  # the prompt ran once for its rows: they share its cache and its last logits
+        rep = lambda a: jnp.repeat(a, repeat, axis=0)
+        logits, prompt, pad, real = rep(logits), rep(prompt), rep(pad), rep(real)
+        cache = placed(cache.replace(k=tuple(map(rep, cache.k)), v=tuple(map(rep, cache.v))))
+    B = prompt.shape[0]
     token, logprob = pick_tokens(logits, jax.random.fold_in(key, P - 1), temperature, top_p, mode)
     tokens = jnp.full((B, buffer_len), pad_id, jnp.int32).at[:, :P].set(prompt).at[:, P].set(token)
     logprobs = jnp.zeros((B, buffer_len), jnp.float32).at[:, P].set(logprob)
@@ -251,16 +256,17 @@ class Sampler:
         on = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
         platform = next(iter(on[0].devices())).platform if on else jax.default_backend()
         self.compiler_options = runtime.decode_compiler_options(platform)
-        self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode"),
+        self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode", "repeat"),
                                 compiler_options=self.compiler_options)
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
         # XLA update the cache in place instead of holding two copies of it.
         self._decode = jax.jit(self._trace_decode, static_argnames=("mode",), donate_argnames=("carry",),
                                compiler_options=self.compiler_options)
 
-    def _trace_prefill(self, state, *args, buffer_len, mode):
+    def _trace_prefill(self, state, *args, buffer_len, mode, repeat):
         self.traces["prefill"] += 1
-        return prefill(self.graphdef, state, *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype)
+        return prefill(self.graphdef, state, *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype,
+                       repeat=repeat)
 
     def _trace_decode(self, state, carry, *args, mode):
         self.traces["decode"] += 1
@@ -359,6 +365,16 @@ def _collect(self: Sampler, rows, generated, logprobs, stops, echo) -> SamplerOu
     text = [self.tokenizer.decode(t) for t in body]
     return SamplerOutput(text, tokens, lps, finished, rows)
 
+# %% ../../nbs/14_sampler.ipynb #ead79d7f
+def prompt_runs(rows: Sequence[np.ndarray]) -> int:
+    """k when `rows` are equal runs of k identical prompts (k > 1), else 1."""
+    n, k = len(rows), 1
+    while k < n and np.array_equal(rows[k], rows[0]):
+        k += 1
+    if k == 1 or n % k:
+        return 1
+    return k if all(np.array_equal(rows[i], rows[i - i % k]) for i in range(n)) else 1
+
 # %% ../../nbs/14_sampler.ipynb #a217e9aa
 @patch
 def generate(self: Sampler, prompt_ids, max_new_tokens: int = 32, *, prompt_mask=None,
@@ -375,11 +391,12 @@ def generate(self: Sampler, prompt_ids, max_new_tokens: int = 32, *, prompt_mask
     stop_ids = np.full(_STOP_SLOTS * max(1, math.ceil(len(stops) / _STOP_SLOTS)), -1, np.int32)
     stop_ids[:len(stops)] = stops
     pad = np.array([P - r.size for r in rows], np.int32)
+    k = prompt_runs(rows)  # G samples of each prompt: prefill each prompt once
     key = self._next_key(seed)
     args = (np.float32(temperature), np.float32(top_p or 1.0), stop_ids, np.int32(tok.pad_id))
     with jax.set_mesh(self._mesh) if self._mesh is not None else contextlib.nullcontext():
-        carry = self._prefill(self._state, left_pad(rows, P, tok.pad_id), pad, key, *args, buffer_len=P + G,
-                              mode=mode)
+        carry = self._prefill(self._state, left_pad(rows[::k], P, tok.pad_id), pad[::k], key, *args,
+                              buffer_len=P + G, mode=mode, repeat=k)
         carry = self._decode(self._state, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
     tokens, logprobs = tfm.to_host((carry.tokens, carry.logprobs))  # the one transfer per call (gathered across processes)
     return self._collect(rows, tokens[:, P:P + max_new_tokens], logprobs[:, P:P + max_new_tokens], stops, echo)
