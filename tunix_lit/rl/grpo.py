@@ -24,8 +24,8 @@ from fastcore.basics import patch
 from ..models import transformer as tfm
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
-from .learner import (RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, loss_gap_metric,
-                                  policy_logps, repeat_rows)
+from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
+from .learner import loss_gap_metric
 from ..sft.trainer import LossOutput
 
 # %% ../../nbs/32_grpo.ipynb #c6d90007
