@@ -195,3 +195,16 @@ def test_kv_cache_on_a_mesh_is_sharded_by_batch_and_kv_heads():
     cache = tf.KVCache.create(cfg, batch=4, cache_size=16, mesh=tf.make_mesh(2, 4))
     assert cache.k[0].sharding.spec == P("fsdp", "tp", None, None)
     assert cache.k[0].addressable_shards[0].data.shape == (2, 1, 16, cfg.head_dim)
+
+
+def test_kv_cache_repeat_rows_copies_each_row_in_place_and_keeps_the_index():
+    cfg = tf.ModelConfig.from_name("tiny-qwen3")
+    cache = tf.KVCache.create(cfg, batch=2, cache_size=4)
+    filled = np.arange(2 * cfg.num_kv_heads * 4 * cfg.head_dim, dtype=np.float32).reshape(2, cfg.num_kv_heads, 4, cfg.head_dim)
+    cache = cache.replace(k=tuple(jnp.asarray(filled + i) for i in range(cfg.num_layers)),
+                          v=tuple(jnp.asarray(-filled - i) for i in range(cfg.num_layers)), index=jnp.int32(3))
+    out = cache.repeat_rows(3)
+    assert len(out.k) == cfg.num_layers and int(out.index) == 3
+    for i in range(cfg.num_layers):
+        np.testing.assert_array_equal(np.asarray(out.k[i]), np.repeat(filled + i, 3, axis=0))  # rows 0,0,0,1,1,1
+        np.testing.assert_array_equal(np.asarray(out.v[i]), np.repeat(-filled - i, 3, axis=0))

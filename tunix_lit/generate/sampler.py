@@ -176,7 +176,7 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
     if repeat > 1:  # the prompt ran once for its rows: they share its cache and its last logits
         rep = lambda a: jnp.repeat(a, repeat, axis=0)
         logits, prompt, pad, real = rep(logits), rep(prompt), rep(pad), rep(real)
-        cache = placed(cache.replace(k=tuple(map(rep, cache.k)), v=tuple(map(rep, cache.v))))
+        cache = placed(cache.repeat_rows(repeat))
     B = prompt.shape[0]
     token, logprob = pick_tokens(logits, jax.random.fold_in(key, P - 1), temperature, top_p, mode)
     tokens = jnp.full((B, buffer_len), pad_id, jnp.int32).at[:, :P].set(prompt).at[:, P].set(token)

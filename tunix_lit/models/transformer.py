@@ -274,6 +274,11 @@ class KVCache:
         """Number of slots C."""
         return self.k[0].shape[2]
 
+    def repeat_rows(self, n: int) -> "KVCache":
+        """Every row n times in place, [B, ...] -> [B·n, ...]: one prompt's cache for n continuations."""
+        rep = lambda a: jnp.repeat(a, n, axis=0)
+        return self.replace(k=tuple(map(rep, self.k)), v=tuple(map(rep, self.v)))
+
 # %% ../../nbs/10_model.ipynb #ce0fc781
 def make_attention_mask(key_mask: Optional[jax.Array], batch: int, num_queries: int, num_keys: int,
                         start: jax.Array | int = 0) -> jax.Array:

@@ -213,10 +213,8 @@ def _grouped_hidden(model, prompt_ids, completion_ids, mask, G: int) -> jax.Arra
     positions = positions_from_mask(mask)
     cache = model.init_cache(B // G, P + T)
     first, cache = model(prompt_ids[::G], positions[::G, :P], cache, mask[::G], return_hidden=True)
-    repeat = lambda a: jnp.repeat(a, G, axis=0)  # [B/G, ...] -> [B, ...], each row G times in place
-    cache = cache.replace(k=tuple(map(repeat, cache.k)), v=tuple(map(repeat, cache.v)))
-    rest, _ = model(completion_ids, positions[:, P:], cache, mask, return_hidden=True)
-    return jnp.concatenate([repeat(first[:, P - 1:]), rest[:, :T - 1]], axis=1)
+    rest, _ = model(completion_ids, positions[:, P:], cache.repeat_rows(G), mask, return_hidden=True)
+    return jnp.concatenate([jnp.repeat(first[:, P - 1:], G, axis=0), rest[:, :T - 1]], axis=1)
 
 # %% ../../nbs/20_rl_common.ipynb #c9da0956
 KL_ESTIMATORS = Registry("KL estimator")

@@ -393,7 +393,7 @@ GAP_METRIC = "rollout_logp_gap_max"  # a loss's own measure of the gap; *_max: t
 
 @patch(as_prop=True)
 def gap_in_loss(self: RLLearner) -> bool:
-    """True when the loss measures the gap: every update of a step runs on the weights that sampled (no old log-probs)."""
+    """True when a loss can measure the gap itself: every update of a step runs on the weights that sampled."""
     return self.cluster.measures_logp_gap and not self.needs_old_logps
 
 
