@@ -107,11 +107,14 @@ def test_asking_starts_no_backend_and_a_started_one_answers():
     assert after == actual == "cpu"
 
 
+IN_PLACE = {"xla_cpu_copy_insertion_use_region_analysis": True}  # every CPU: caches updated in place
+
+
 @pytest.mark.parametrize("flags,want", [
-    ({"avx2", "fma"}, {"xla_cpu_experimental_ynn_fusion_type": ""}),  # AVX2 only: Eigen's dots
-    ({"avx2", "fma", "avx512f"}, None),  # AVX-512: XLA's default
-    ({"asimd"}, None),  # not x86
-    (set(), None),  # unreadable: nothing changes
+    ({"avx2", "fma"}, {**IN_PLACE, "xla_cpu_experimental_ynn_fusion_type": ""}),  # AVX2 only: Eigen's dots
+    ({"avx2", "fma", "avx512f"}, IN_PLACE),  # AVX-512: XLA's default dots
+    ({"asimd"}, IN_PLACE),  # not x86
+    (set(), IN_PLACE),  # unreadable: the dots stay XLA's
 ])
 def test_decode_kernels_follow_the_cpu(monkeypatch, flags, want):
     monkeypatch.delenv("TUNIX_LIT_DECODE_DOTS", raising=False)
@@ -122,9 +125,9 @@ def test_decode_kernels_follow_the_cpu(monkeypatch, flags, want):
 
 def test_decode_kernels_override_and_its_check(monkeypatch):
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eigen")
-    assert rt.decode_compiler_options("cpu", frozenset({"avx512f", "avx2"})) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+    assert rt.decode_compiler_options("cpu", frozenset({"avx512f", "avx2"})) == {**IN_PLACE, "xla_cpu_experimental_ynn_fusion_type": ""}
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "YNNPACK")
-    assert rt.decode_compiler_options("cpu", frozenset({"avx2"})) is None
+    assert rt.decode_compiler_options("cpu", frozenset({"avx2"})) == IN_PLACE
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eign")
     with pytest.raises(ValueError, match="eign"):
         rt.decode_compiler_options("cpu")

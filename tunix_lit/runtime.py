@@ -92,6 +92,7 @@ def host_allocator_tuned() -> bool:
 # %% ../nbs/15_host_runtime.ipynb #76a64d4f
 _DOTS = ("auto", "ynnpack", "eigen")
 _EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": ""}  # no YNNPACK fusions: XLA's Eigen dots
+_IN_PLACE = {"xla_cpu_copy_insertion_use_region_analysis": True}  # sees reads before writes: caches updated in place
 
 
 def cpu_flags() -> frozenset:
@@ -111,10 +112,10 @@ def decode_compiler_options(platform_name: str, flags: Optional[frozenset] = Non
     choice = os.environ.get("TUNIX_LIT_DECODE_DOTS", "auto").strip().lower() or "auto"
     if choice not in _DOTS:
         raise ValueError(f"TUNIX_LIT_DECODE_DOTS={choice!r}: use one of {', '.join(_DOTS)}")
-    if platform_name != "cpu" or choice == "ynnpack":
-        return None  # the option is XLA:CPU's; accelerators compile their own way
-    if choice == "eigen":
-        return dict(_EIGEN_DOTS)
-    flags = cpu_flags() if flags is None else flags
-    # measured faster on an AVX2-only x86 CPU, not on AVX-512 ones (see the table above)
-    return dict(_EIGEN_DOTS) if "avx2" in flags and "avx512f" not in flags else None
+    if platform_name != "cpu":
+        return None  # the options are XLA:CPU's; accelerators compile their own way
+    if choice == "auto":
+        flags = cpu_flags() if flags is None else flags
+        # measured faster on an AVX2-only x86 CPU, not on AVX-512 ones (see the table above)
+        choice = "eigen" if "avx2" in flags and "avx512f" not in flags else "ynnpack"
+    return {**_IN_PLACE, **(_EIGEN_DOTS if choice == "eigen" else {})}

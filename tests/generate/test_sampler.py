@@ -84,12 +84,33 @@ def test_greedy_equals_full_recompute_loop(tok, family):
         assert list(got) == greedy_reference(model, prompt, 10)
 
 
+@pytest.mark.parametrize("family", ["tiny-qwen3", "tiny-llama3", "tiny-gemma3"])
+def test_one_row_decodes_attending_first_and_equals_full_recompute(tok, family):
+    """On a CPU a batch of one row decodes through chapter 10's attend-then-write step; tokens and log-probs
+    equal a full forward pass over the final sequence. A two-row call keeps the plain path and agrees too."""
+    model = make_model(tok, family)
+    sampler = Sampler(model, tok)
+    assert sampler.append_last == (jax.default_backend() == "cpu")
+    seen = []
+    real_decode = sampler._trace_decode
+    sampler._trace_decode = lambda state, carry, *a, **k: (seen.append(carry.cache.append_last), real_decode(state, carry, *a, **k))[1]
+    sampler._decode = jax.jit(sampler._trace_decode, static_argnames=("mode",), donate_argnames=("carry",),
+                              compiler_options=sampler.compiler_options)
+    for prompts in ([PROMPTS[0]], PROMPTS[:2]):
+        out = sampler.generate([tok.encode(p) for p in prompts], max_new_tokens=8, stop_tokens=[])
+        for prompt, got, lp in zip(out.prompt_tokens, out.tokens, out.logprobs):
+            assert list(got) == greedy_reference(model, prompt, 8)
+            np.testing.assert_allclose(lp, full_logprobs(model, prompt, got, 1.0), atol=2e-4)
+    assert seen == [sampler.append_last, False]  # traced once per batch shape: one row, then two
+
+
 @pytest.mark.parametrize("dots", ["eigen", "ynnpack"])
 def test_either_cpu_matmul_kernel_gives_the_full_recompute_tokens(tok, model, dots, monkeypatch):
     """Both kernel choices of chapter 15 compile the prefill and decode, and both give the reference's greedy tokens."""
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", dots)
     sampler = Sampler(model, tok)
-    assert sampler.compiler_options == ({"xla_cpu_experimental_ynn_fusion_type": ""} if dots == "eigen" else None)
+    eigen = {"xla_cpu_experimental_ynn_fusion_type": ""} if dots == "eigen" else {}
+    assert sampler.compiler_options == {"xla_cpu_copy_insertion_use_region_analysis": True, **eigen}
     prompts = [tok.encode(p) for p in PROMPTS]
     out = sampler.generate(prompts, max_new_tokens=6, stop_tokens=[])
     for prompt, got in zip(out.prompt_tokens, out.tokens):

@@ -102,6 +102,43 @@ def test_incremental_decoding_equals_full_forward(name):
     np.testing.assert_allclose(np.asarray(inc)[real], np.asarray(full)[real], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name,softcap", [(n, None) for n in FAMILIES] + [("tiny-gemma3", 5.0)])
+@pytest.mark.parametrize("rows,pads", [(1, [3]), (3, [0, 2, 4])])
+def test_attend_then_append_equals_full_forward_and_writes_the_same_cache(name, softcap, rows, pads):
+    """Decode steps with append_last (attend over the old slots, then write) match a full pass, left pads,
+    sliding window, GQA and a logit soft-cap included, and leave the cache the plain write-then-attend path leaves."""
+    cfg = tf.ModelConfig.from_name(name, attn_logit_softcap=softcap)
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(1))
+    tokens, mask = _left_pad(_tokens(rows, 12), pads)
+    positions = _positions(mask)
+    full, _ = model(tokens, positions, None, mask)
+    C = 16
+    key_mask = jnp.zeros((rows, C), bool).at[:, :12].set(mask)
+    out, plain = model(tokens[:, :5], positions[:, :5], model.init_cache(rows, C), key_mask)
+    appended, steps = plain.replace(append_last=True), [out]
+    for t in range(5, 12):
+        out, appended = model(tokens[:, t:t + 1], positions[:, t:t + 1], appended, key_mask)
+        _, plain = model(tokens[:, t:t + 1], positions[:, t:t + 1], plain, key_mask)
+        steps.append(out)
+    assert appended.append_last and int(appended.index) == 12
+    real = np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, axis=1))[real], np.asarray(full)[real],
+                               atol=1e-4, rtol=1e-4)
+    for a, b in zip(appended.k + appended.v, plain.k + plain.v):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_append_last_is_static_and_survives_the_model_call():
+    """The switch rides in the pytree's structure (a jit static), not as a leaf, and the call hands it back."""
+    cfg = tf.ModelConfig.from_name("tiny-qwen3")
+    cache = tf.KVCache.create(cfg, batch=1, cache_size=8).replace(append_last=True)
+    assert len(jax.tree.leaves(cache)) == 2 * cfg.num_layers + 1
+    assert jax.tree.structure(cache) != jax.tree.structure(cache.replace(append_last=False))
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(0))
+    _, out = model(_tokens(1, 1), None, cache, jnp.ones((1, 8), bool))
+    assert out.append_last and out.repeat_rows(2).append_last
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_left_padding_does_not_change_real_token_logits(name):
     cfg = tf.ModelConfig.from_name(name)

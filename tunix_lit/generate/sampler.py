@@ -161,7 +161,7 @@ class DecodeState:
 
 # %% ../../nbs/14_sampler.ipynb #5b0de74c
 def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad_id, *,
-            buffer_len: int, mode: SamplingMode, cache_dtype, repeat: int = 1) -> DecodeState:
+            buffer_len: int, mode: SamplingMode, cache_dtype, repeat: int = 1, append_last: bool = False) -> DecodeState:
     """Run the prompt int32 [B/repeat, P] through the model, sample slot P of all B rows, and return the decode carry."""
     model = nnx.merge(graphdef, state)
     U, P = prompt.shape  # U distinct prompts, each the prompt of `repeat` adjacent rows
@@ -178,6 +178,7 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
         logits, prompt, pad, real = rep(logits), rep(prompt), rep(pad), rep(real)
         cache = placed(cache.repeat_rows(repeat))
     B = prompt.shape[0]
+    cache = cache.replace(append_last=append_last and B == 1)  # a one-row CPU decode attends, then writes (ch. 10)
     token, logprob = pick_tokens(logits, jax.random.fold_in(key, P - 1), temperature, top_p, mode)
     tokens = jnp.full((B, buffer_len), pad_id, jnp.int32).at[:, :P].set(prompt).at[:, P].set(token)
     logprobs = jnp.zeros((B, buffer_len), jnp.float32).at[:, P].set(logprob)
@@ -256,6 +257,7 @@ class Sampler:
         on = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
         platform = next(iter(on[0].devices())).platform if on else jax.default_backend()
         self.compiler_options = runtime.decode_compiler_options(platform)
+        self.append_last = platform == "cpu"  # one-row decode steps attend, then write (chapter 10)
         self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode", "repeat"),
                                 compiler_options=self.compiler_options)
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
@@ -266,7 +268,7 @@ class Sampler:
     def _trace_prefill(self, state, *args, buffer_len, mode, repeat):
         self.traces["prefill"] += 1
         return prefill(self.graphdef, state, *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype,
-                       repeat=repeat)
+                       repeat=repeat, append_last=self.append_last)
 
     def _trace_decode(self, state, carry, *args, mode):
         self.traces["decode"] += 1

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
-           'Attention', 'MLP', 'Block', 'Transformer', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of',
-           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
+           'Attention', 'MLP', 'Block', 'Transformer', 'attend_then_append', 'state_shardings', 'create_model',
+           'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -255,6 +255,7 @@ class KVCache:
     k: tuple
     v: tuple
     index: jax.Array
+    append_last: bool = struct.field(pytree_node=False, default=False)  # attend over the old slots, then write
 
     @classmethod
     def create(cls, cfg: ModelConfig, batch: int, cache_size: int, dtype=None, mesh=None) -> "KVCache":
@@ -314,7 +315,7 @@ class Attention(nnx.Module):
         self.rope = nnx.static((theta, None if self.local else cfg.rope_scaling))
         self.cfg = nnx.static(cfg)
 
-    def __call__(self, x, positions, mask, kv=None, index=None):
+    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False):
         """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, K, C, H] or None."""
         cfg = self.cfg
         B, T, _ = x.shape
@@ -325,20 +326,21 @@ class Attention(nnx.Module):
         freqs = rope_frequencies(H, *self.rope)  # static: computed at trace time
         q, k = apply_rope(q, positions, freqs), apply_rope(k, positions, freqs)
         q = shard(q, ("batch", "seq", "q_heads", "head_dim"))
-        start = 0
-        if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
-            cache_k, cache_v = kv
-            k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.swapaxes(1, 2).astype(cache_k.dtype), index, axis=2)
-            v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.swapaxes(1, 2).astype(cache_v.dtype), index, axis=2)
-            kv, start = (k, v), index
-        else:
-            k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, K, T, H], as the cache holds them
+        k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, K, T, H], as the cache holds them
+        start = 0 if kv is None else index
         if self.local:  # band of `sliding_window` slots ending at each query's own slot
             q_slots = start + jnp.arange(T)
-            dist = q_slots[:, None] - jnp.arange(k.shape[2])[None, :]
+            dist = q_slots[:, None] - jnp.arange(mask.shape[-1])[None, :]
             mask = mask & (dist < cfg.sliding_window)[None]
         scale = cfg.query_scale if cfg.query_scale is not None else H ** -0.5
         q = q.reshape(B, T, K, G, H)
+        if kv is not None and append_last:  # the decode step on a CPU: see attend_then_append below
+            out, kv = attend_then_append(q, k, v, *kv, mask, index, scale, cfg.attn_logit_softcap)
+            return self.o_proj(out), kv
+        if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
+            write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
+            k, v = write(kv[0], k), write(kv[1], v)
+            kv = (k, v)
         logits = jnp.einsum("btkgh,bksh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
         if cfg.attn_logit_softcap:
             logits = cfg.attn_logit_softcap * jnp.tanh(logits / cfg.attn_logit_softcap)
@@ -381,8 +383,8 @@ class Block(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs)
         self.sandwich = nnx.static(cfg.sandwich_norm)
 
-    def __call__(self, x, positions, mask, kv=None, index=None):
-        h, kv = self.attn(self.pre_attn_norm(x), positions, mask, kv, index)
+    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False):
+        h, kv = self.attn(self.pre_attn_norm(x), positions, mask, kv, index, append_last)
         x = x + (self.post_attn_norm(h) if self.sandwich else h)
         h = self.mlp(self.pre_mlp_norm(x))
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
@@ -423,11 +425,11 @@ class Transformer(nnx.Module):
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = block(x, positions, attention_mask, kv, start)
+            x, kv = block(x, positions, attention_mask, kv, start, cache is not None and cache.append_last)
             if kv is not None:
                 new_k.append(kv[0])
                 new_v.append(kv[1])
-        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), cache.index + T)
+        new_cache = None if cache is None else cache.replace(k=tuple(new_k), v=tuple(new_v), index=cache.index + T)
         x = self.final_norm(x)
         if return_hidden:
             return x, new_cache
@@ -446,6 +448,28 @@ class Transformer(nnx.Module):
     def init_cache(self, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
         """An empty KVCache for this model (sharded on `mesh` when given)."""
         return KVCache.create(self.config, batch, cache_size, dtype, mesh)
+
+# %% ../../nbs/10_model.ipynb #b8d2e3f4
+def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, softcap: Optional[float] = None):
+    """Attention of q [B, T, K, G, H] over the cache as it was plus the new k, v [B, K, T, H]; then their write at index."""
+    B, T, K, G, H = q.shape
+    C = cache_k.shape[2]
+    rows = lambda a: a.reshape(B * K, -1, H).astype(q.dtype)  # one batch axis of (row, kv head) pairs
+    dot = lambda a, b, contract: jax.lax.dot_general(a, b, (contract, ((0,), (0,))))
+    qr = q.transpose(0, 2, 3, 1, 4).reshape(B * K, G * T, H)
+    logits = jnp.concatenate([dot(qr, rows(cache_k), ((2,), (2,))), dot(qr, rows(k), ((2,), (2,)))], axis=-1)
+    logits = logits.astype(jnp.float32).reshape(B, K, G, T, C + T) * scale
+    if softcap:
+        logits = softcap * jnp.tanh(logits / softcap)
+    slots = jnp.arange(C)
+    stale = (slots >= index) & (slots < index + T)  # the slots the new rows are about to fill
+    keep = jnp.concatenate([mask & ~stale, jax.lax.dynamic_slice_in_dim(mask, index, T, axis=2)], axis=-1)
+    logits = jnp.where(keep[:, None, None], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype).reshape(B * K, G * T, C + T)
+    out = dot(probs[..., :C], rows(cache_v), ((2,), (1,))) + dot(probs[..., C:], rows(v), ((2,), (1,)))
+    out = out.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4).reshape(B, T, K * G, H)
+    write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
+    return out, (write(cache_k, k), write(cache_v, v))
 
 # %% ../../nbs/10_model.ipynb #54f23d26
 def state_shardings(state: nnx.State, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
