@@ -128,6 +128,41 @@ def test_attend_then_append_equals_full_forward_and_writes_the_same_cache(name, 
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_lm_head_gradient_equals_numpy_and_the_modules_own_autodiff(tied, monkeypatch):
+    """head_product's hand-written backward: dx, dw against the NumPy formulas; a whole model's gradients
+    (every parameter) against autodiff through the plain nnx.Embed.attend / nnx.Linear call."""
+    rng = np.random.default_rng(0)
+    x, R = rng.normal(size=(7, 16)).astype(np.float32), rng.normal(size=(7, 11)).astype(np.float32)
+    w = rng.normal(size=(11, 16) if tied else (16, 11)).astype(np.float32)
+    dx, dw = jax.grad(lambda x, w: (tf.head_product(x, w, tied) * R).sum(), argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(np.asarray(dx), R @ (w if tied else w.T), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(dw), R.T @ x if tied else x.T @ R, rtol=1e-5, atol=1e-5)
+
+    cfg = tf.ModelConfig.from_name("tiny-llama3", tie_embeddings=tied)
+    model = tf.Transformer(cfg, rngs=nnx.Rngs(3))
+    graphdef, state = nnx.split(model)
+    tokens = _tokens(2, 9)
+
+    def loss(state):
+        logits, _ = nnx.merge(graphdef, state)(tokens)
+        return -jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), tokens[:, 1:, None], -1).mean()
+
+    fast = jax.grad(loss)(state)
+    monkeypatch.setattr(tf, "lm_head", lambda head, x: head.attend(x) if isinstance(head, nnx.Embed) else head(x))
+    plain = jax.grad(loss)(state)
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(plain)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_lm_head_keeps_the_modules_call_for_a_head_with_more_than_one_weight():
+    """A head carrying more than its one weight (here a bias; in practice LoRA or a quantised copy) is called as is."""
+    head = nnx.Linear(16, 11, use_bias=True, rngs=nnx.Rngs(0))
+    head.bias[...] = jnp.full((11,), 3.0)
+    x = jnp.ones((2, 16))
+    np.testing.assert_allclose(np.asarray(tf.lm_head(head, x)), np.asarray(head(x)), rtol=1e-6)
+
+
 def test_append_last_is_static_and_survives_the_model_call():
     """The switch rides in the pytree's structure (a jit static), not as a leaf, and the call hands it back."""
     cfg = tf.ModelConfig.from_name("tiny-qwen3")

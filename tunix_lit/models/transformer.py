@@ -5,11 +5,13 @@
 # %% auto #0
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
-           'Attention', 'MLP', 'Block', 'Transformer', 'attend_then_append', 'state_shardings', 'create_model',
-           'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
+           'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'lm_head', 'attend_then_append',
+           'state_shardings', 'create_model', 'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch',
+           'to_host', 'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
+import functools
 import difflib
 import math
 from typing import Optional
@@ -439,7 +441,7 @@ class Transformer(nnx.Module):
         """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]."""
         cfg = self.config
         lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
-        out = self.embedder.attend(x) if cfg.tie_embeddings else self.lm_head(x)
+        out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
         out = out.reshape(*lead, -1).astype(jnp.float32)
         if cfg.final_logit_softcap:
             out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
@@ -448,6 +450,36 @@ class Transformer(nnx.Module):
     def init_cache(self, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
         """An empty KVCache for this model (sharded on `mesh` when given)."""
         return KVCache.create(self.config, batch, cache_size, dtype, mesh)
+
+# %% ../../nbs/10_model.ipynb #f2b6c7d8
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def head_product(x: jax.Array, w: jax.Array, tied: bool) -> jax.Array:
+    """x [N, D] times the head: the embedding table w [V, D] when tied (x·wᵀ), else a kernel w [D, V] (x·w)."""
+    return x @ w.T if tied else x @ w
+
+
+def _head_fwd(x, w, tied):
+    return head_product(x, w, tied), (x, w)
+
+
+def _head_bwd(tied, saved, g):
+    x, w = saved
+    xg = jax.lax.optimization_barrier(x.T) @ g  # [D, V]: the small operand transposed, never g [N, V]
+    if tied:
+        return g @ w, jax.lax.optimization_barrier(xg).T
+    return g @ w.T, xg
+
+
+head_product.defvjp(_head_fwd, _head_bwd)
+
+
+def lm_head(head: nnx.Module, x: jax.Array) -> jax.Array:
+    """Logits x [N, D] -> [N, V] through a tied nnx.Embed or an nnx.Linear; on a CPU with head_product's gradient."""
+    tied = isinstance(head, nnx.Embed)
+    if jax.default_backend() != "cpu" or len(jax.tree.leaves(nnx.state(head))) != 1:  # accelerator, or rewritten
+        return head.attend(x) if tied else head(x)
+    w = head.embedding[...] if tied else head.kernel[...]
+    return head_product(x.astype(head.dtype), w.astype(head.dtype), tied)
 
 # %% ../../nbs/10_model.ipynb #b8d2e3f4
 def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, softcap: Optional[float] = None):
