@@ -85,17 +85,15 @@ def test_greedy_equals_full_recompute_loop(tok, family):
 
 
 @pytest.mark.parametrize("family", ["tiny-qwen3", "tiny-llama3", "tiny-gemma3"])
-def test_one_row_decodes_attending_first_and_equals_full_recompute(tok, family):
+def test_one_row_decodes_attending_first_and_equals_full_recompute(tok, family, monkeypatch):
     """On a CPU a batch of one row decodes through chapter 10's attend-then-write step; tokens and log-probs
     equal a full forward pass over the final sequence. A two-row call keeps the plain path and agrees too."""
     model = make_model(tok, family)
     sampler = Sampler(model, tok)
     assert sampler.append_last == (jax.default_backend() == "cpu")
-    seen = []
-    real_decode = sampler._trace_decode
-    sampler._trace_decode = lambda state, carry, *a, **k: (seen.append(carry.cache.append_last), real_decode(state, carry, *a, **k))[1]
-    sampler._decode = jax.jit(sampler._trace_decode, static_argnames=("mode",), donate_argnames=("carry",),
-                              compiler_options=sampler.compiler_options)
+    seen, real_decode = [], sampler_lib.decode
+    monkeypatch.setattr(sampler_lib, "decode", lambda g, s, carry, *a, **k: (seen.append(carry.cache.append_last),
+                                                                              real_decode(g, s, carry, *a, **k))[1])
     for prompts in ([PROMPTS[0]], PROMPTS[:2]):
         out = sampler.generate([tok.encode(p) for p in prompts], max_new_tokens=8, stop_tokens=[])
         for prompt, got, lp in zip(out.prompt_tokens, out.tokens, out.logprobs):
@@ -233,12 +231,12 @@ def test_sharded_sampler_gives_the_tokens_of_one_device(tok):
     single = Sampler(make_model(tok, seed=3), tok)
     sharded = Sampler(make_model(tok, seed=3, mesh=mesh), tok)
     assert sharded.state["layers"][0]["mlp"]["gate_proj"]["kernel"][...].sharding.mesh.size == 8
-    for prompts in (PROMPTS, PROMPTS[:1]):  # one row: the attend-then-write decode step on a sharded cache
-        for kw in (dict(), dict(temperature=1.0, top_k=6, seed=11)):
-            a = single(prompts, max_new_tokens=10, stop_tokens=[], **kw)
-            b = sharded(prompts, max_new_tokens=10, stop_tokens=[], **kw)
-            for x, y in zip(a.tokens, b.tokens):
-                assert list(x) == list(y), (len(prompts), kw)
+    # the last case is one row: the attend-then-write decode step on a sharded cache
+    for prompts, kw in ((PROMPTS, dict()), (PROMPTS, dict(temperature=1.0, top_k=6, seed=11)), (PROMPTS[:1], dict())):
+        a = single(prompts, max_new_tokens=10, stop_tokens=[], **kw)
+        b = sharded(prompts, max_new_tokens=10, stop_tokens=[], **kw)
+        for x, y in zip(a.tokens, b.tokens):
+            assert list(x) == list(y), (len(prompts), kw)
 
 
 def test_compile_count_stays_bounded_across_prompt_lengths(tok, model):

@@ -114,18 +114,20 @@ def test_attend_then_append_equals_full_forward_and_writes_the_same_cache(name, 
     full, _ = model(tokens, positions, None, mask)
     C = 16
     key_mask = jnp.zeros((rows, C), bool).at[:, :12].set(mask)
-    out, plain = model(tokens[:, :5], positions[:, :5], model.init_cache(rows, C), key_mask)
+    graphdef, state = nnx.split(model)
+    step = jax.jit(lambda state, *a: nnx.merge(graphdef, state)(*a))  # one compile per path, not op by op
+    out, plain = step(state, tokens[:, :5], positions[:, :5], model.init_cache(rows, C), key_mask)
     appended, steps = plain.replace(append_last=True), [out]
     for t in range(5, 12):
-        out, appended = model(tokens[:, t:t + 1], positions[:, t:t + 1], appended, key_mask)
-        _, plain = model(tokens[:, t:t + 1], positions[:, t:t + 1], plain, key_mask)
+        out, appended = step(state, tokens[:, t:t + 1], positions[:, t:t + 1], appended, key_mask)
+        _, plain = step(state, tokens[:, t:t + 1], positions[:, t:t + 1], plain, key_mask)
         steps.append(out)
     assert appended.append_last and int(appended.index) == 12
     real = np.asarray(mask)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, axis=1))[real], np.asarray(full)[real],
                                atol=1e-4, rtol=1e-4)
     for a, b in zip(appended.k + appended.v, plain.k + plain.v):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)  # two programs, two roundings
 
 
 @pytest.mark.parametrize("tied", [True, False])

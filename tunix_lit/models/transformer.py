@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
-           'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'lm_head', 'attend_then_append',
+           'write_slots', 'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'lm_head', 'attend_then_append',
            'state_shardings', 'create_model', 'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch',
            'to_host', 'put_replicated']
 
@@ -294,6 +294,11 @@ def make_attention_mask(key_mask: Optional[jax.Array], batch: int, num_queries: 
     return mask
 
 
+def write_slots(cache: jax.Array, new: jax.Array, index) -> jax.Array:
+    """The cache [B, K, C, H] with new rows [B, K, T, H] written at slots index..index+T-1 (in place under jit)."""
+    return jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
+
+
 class Attention(nnx.Module):
     """Grouped-query self-attention with optional q/k norm, sliding window and KV-cache update."""
 
@@ -340,8 +345,7 @@ class Attention(nnx.Module):
             out, kv = attend_then_append(q, k, v, *kv, mask, index, scale, cfg.attn_logit_softcap)
             return self.o_proj(out), kv
         if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
-            write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
-            k, v = write(kv[0], k), write(kv[1], v)
+            k, v = write_slots(kv[0], k, index), write_slots(kv[1], v, index)
             kv = (k, v)
         logits = jnp.einsum("btkgh,bksh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
         if cfg.attn_logit_softcap:
@@ -500,8 +504,7 @@ def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, sof
     probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype).reshape(B * K, G * T, C + T)
     out = dot(probs[..., :C], rows(cache_v), ((2,), (1,))) + dot(probs[..., C:], rows(v), ((2,), (1,)))
     out = out.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4).reshape(B, T, K * G, H)
-    write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
-    return out, (write(cache_k, k), write(cache_v, v))
+    return out, (write_slots(cache_k, k, index), write_slots(cache_v, v, index))
 
 # %% ../../nbs/10_model.ipynb #54f23d26
 def state_shardings(state: nnx.State, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
