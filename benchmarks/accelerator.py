@@ -10,7 +10,8 @@ Parts, in order (each skipped with a note once the budget is spent):
 1. `sampler.py` on a random Gemma 3 1B configuration (26 layers × 1152, 4 query heads and 1 KV head of
    256, MLP 6912, vocabulary 262,144, tied embedding) in bfloat16 at batch 1, 8, 32 and 128, with the
    roofline measured (weights + KV cache bytes per step ÷ the measured device bandwidth);
-2. `grpo_step.py` (full fine-tune) and `sft_step.py --lora-rank 8` at that size, with their phase times;
+2. `grpo_step.py` (full fine-tune, and with `--parts` also LoRA rank 8) and `sft_step.py --lora-rank 8` at that
+   size, with their phase times (`--rl-micro-batch` splits the GRPO forward/backward to fit a small chip);
 3. the model and RL numerics tests (the sampler is exercised by part 1) on the accelerator (`JAX_PLATFORMS` set to the device's
    platform; tests that need the 8 fake CPU devices of a mesh are deselected by name and counted).
 
@@ -71,6 +72,10 @@ def main(argv=None):
     p.add_argument("--sft-batch", type=int, default=8, help="LoRA SFT sequences of 512 per step")
     p.add_argument("--peak-gbs", type=float, default=0.0,
                    help="the device's published HBM bandwidth in GB/s (H200 4800, TPU v5e 819): a second ceiling")
+    p.add_argument("--rl-micro-batch", type=int, default=0,
+                   help="GRPO prompts per forward/backward (0 = the whole batch); a 16 GB chip needs 1 at 1B, full fine-tune")
+    p.add_argument("--parts", default="sampler,grpo,sft_lora8,tests",
+                   help="comma-separated subset of sampler, grpo, grpo_lora8, sft_lora8, tests, run in that order")
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--tests-s", type=float, default=170.0,
                    help="seconds kept for the numerics tests at the end (the H200 run needed ~140 s)")
@@ -79,15 +84,27 @@ def main(argv=None):
     deadline = end - (0 if args.skip_tests else args.tests_s)  # the benchmarks leave the tests their share
     model = QUICK if args.quick else GEMMA3_1B
     py = sys.executable
-    for b in [int(x) for x in args.batches.split(",") if x.strip()]:
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    unknown = parts - {"sampler", "grpo", "grpo_lora8", "sft_lora8", "tests"}
+    if unknown:
+        p.error(f"unknown parts {sorted(unknown)}")
+    if "tests" not in parts:
+        args.skip_tests = True
+        deadline = end
+    for b in [int(x) for x in args.batches.split(",") if x.strip()] if "sampler" in parts else []:
         run_part(f"sampler_b{b}", [py, "benchmarks/sampler.py", *model, "--batch", str(b), "--prompt-len", "128",
                                    "--gen-len", "128", "--repeats", "3", "--roofline", "on",
                                    "--bw-mb", "64" if args.quick else "2048", "--peak-gbs", str(args.peak_gbs)],
                  args.out, deadline)
-    run_part("grpo_step", [py, "benchmarks/grpo_step.py", *model, "--batch", str(args.rl_batch), "--num-generations", "4",
-                           "--prompt-len", "64", "--gen-len", "128", "--steps", "4"], args.out, deadline)
-    run_part("sft_lora8", [py, "benchmarks/sft_step.py", *model, "--batch", str(args.sft_batch), "--seq-len", "512",
-                           "--steps", "6", "--pipelined-steps", "4", "--lora-rank", "8"], args.out, deadline)
+    grpo = [py, "benchmarks/grpo_step.py", *model, "--batch", str(args.rl_batch), "--num-generations", "4",
+            "--prompt-len", "64", "--gen-len", "128", "--steps", "4", "--train-micro-batch", str(args.rl_micro_batch)]
+    if "grpo" in parts:
+        run_part("grpo_step", grpo, args.out, deadline)
+    if "grpo_lora8" in parts:
+        run_part("grpo_step_lora8", grpo + ["--lora-rank", "8"], args.out, deadline)
+    if "sft_lora8" in parts:
+        run_part("sft_lora8", [py, "benchmarks/sft_step.py", *model, "--batch", str(args.sft_batch), "--seq-len", "512",
+                               "--steps", "6", "--pipelined-steps", "4", "--lora-rank", "8"], args.out, deadline)
     if not args.skip_tests:
         # learn the platform in a process that exits: a TPU is held by one process at a time
         platform = subprocess.run([py, "-c", "import jax; print(jax.default_backend())"], capture_output=True,

@@ -63,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
+    p.add_argument("--train-micro-batch", type=int, default=0,
+                   help=">0: prompts per forward/backward (and per rollout / log-prob call); memory, not work, changes")
     add_max_isa_arg(p)
     args, unknown = p.parse_known_args(argv)
     if unknown:
@@ -107,7 +109,8 @@ def main(argv=None):
                         rollout_config=RolloutConfig(max_new_tokens=args.gen_len, max_prompt_length=args.prompt_len,
                                                      temperature=args.temperature, stop_tokens=(-1,),
                                                      seed=args.seed))
-    cfg = RLTrainingConfig(batch_size=args.batch, max_steps=args.steps, progress_bar=False, seed=args.seed)
+    cfg = RLTrainingConfig(batch_size=args.batch, max_steps=args.steps, progress_bar=False, seed=args.seed,
+                           train_micro_batch_size=args.train_micro_batch or None)
     learner = GRPOLearner(cluster, optax.adamw(args.lr), cfg,
                           GRPOConfig(num_generations=args.num_generations, beta=args.beta, epsilon=0.2),
                           reward_fns=[even_fraction_reward])
@@ -142,7 +145,8 @@ def main(argv=None):
                                                   vocab_size=args.vocab_size, dtype=args.dtype),
                n_params=int(n_params), lora_rank=args.lora_rank, batch_prompts=args.batch,
                num_generations=args.num_generations, seqs_per_step=args.batch * args.num_generations,
-               prompt_len=args.prompt_len, gen_len=args.gen_len, beta=args.beta, global_steps_run=len(steps),
+               prompt_len=args.prompt_len, gen_len=args.gen_len, beta=args.beta,
+               train_micro_batch=args.train_micro_batch or args.batch, global_steps_run=len(steps),
                optimizer_updates=learner.trainer.step, trainable_params_changed=bool(changed),
                train_step_compiles=learner.trainer._train_step._cache_size(),
                sampler_traces=dict(cluster.rollout.traces),

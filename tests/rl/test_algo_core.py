@@ -443,11 +443,12 @@ def test_dual_clip_bounds_negative_advantage_tokens_hand_worked():
     log_ratio = jnp.log(jnp.array([[3.0, 1.3, 3.0]]))
     adv = jnp.array([[-1.0, -1.0, 1.0]])
     loss, clipped = ac.clipped_surrogate(log_ratio, adv, epsilon=0.2, epsilon_c=1.5)
-    np.testing.assert_allclose(loss, [[1.5, 1.3, -1.2]], rtol=1e-6)
+    rtol = 2e-4 if jax.default_backend() == "tpu" else 1e-6  # the ratio is an exp: a TPU's float32 exp is ~1e-4 off
+    np.testing.assert_allclose(loss, [[1.5, 1.3, -1.2]], rtol=rtol)
     np.testing.assert_array_equal(clipped, [[True, False, True]])
     total, _ = ac.ppo_policy_loss(jnp.log(jnp.array([[3.0, 1.3, 3.0]])), jnp.zeros((1, 3)), adv, jnp.ones((1, 3)),
                                   epsilon_c=1.5)
-    assert float(total) == pytest.approx((1.5 + 1.3 - 1.2) / 3, rel=1e-6)
+    assert float(total) == pytest.approx((1.5 + 1.3 - 1.2) / 3, rel=rtol)
 
 
 def test_gspo_token_gradient_is_per_token_with_the_sequence_ratio():

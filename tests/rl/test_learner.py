@@ -92,7 +92,9 @@ def test_mu_greater_than_one_uses_old_logps_from_the_rollout_weights():
     assert "old_logps" in batch and "ref_logps" not in batch
     # before any update the old log-probs are the actor's own (ratio 1)
     ro_like = type("R", (), {k: batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")})
-    np.testing.assert_allclose(batch["old_logps"], np.asarray(learner.cluster.actor_logps(ro_like)), atol=1e-6)
+    # two compiled programs (batched differently) agree to float32 rounding, a few ulps of a log-prob near -2.4
+    np.testing.assert_allclose(batch["old_logps"], np.asarray(learner.cluster.actor_logps(ro_like)), rtol=2e-6,
+                               atol=1e-6)
 
 
 def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tmp_path):
