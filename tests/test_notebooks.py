@@ -20,7 +20,7 @@ sys.exit(0 if ok else 1)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(nb):
     slow = os.environ.get("TUNIX_LIT_SLOW") == "1"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", MPLBACKEND="Agg")
+    env = dict(os.environ, MPLBACKEND="Agg")  # XLA_FLAGS as conftest set them: 8 devices, its code-generation level
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(nb), "" if slow else "slow", "slow" if slow else ""],
                           cwd=nb.parent, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"{nb.name} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
