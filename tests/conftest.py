@@ -7,7 +7,7 @@ import tempfile
 # Compiling is most of a test's time on the tiny model, and most of a compile is LLVM optimising machine code
 # that then runs for microseconds: the default run asks XLA:CPU for unoptimised code generation (the HLO, which
 # the tests' numerics and program checks are about, is optimised as always); TUNIX_LIT_TEST_XLA_OPT=1 keeps the
-# optimised code a user gets (about 30 % slower to test).
+# optimised code a user gets (tests/rl on 2 cores: 186 s against 119 s).
 _FLAGS = " --xla_force_host_platform_device_count=8"
 if os.environ.get("TUNIX_LIT_TEST_XLA_OPT") != "1":
     _FLAGS += " --xla_backend_optimization_level=0"
