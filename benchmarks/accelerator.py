@@ -76,21 +76,17 @@ def main(argv=None):
                    help="GRPO prompts per forward/backward (0 = the whole batch); a 16 GB chip needs 1 at 1B, full fine-tune")
     p.add_argument("--parts", default="sampler,grpo,sft_lora8,tests",
                    help="comma-separated subset of sampler, grpo, grpo_lora8, sft_lora8, tests, run in that order")
-    p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--tests-s", type=float, default=170.0,
                    help="seconds kept for the numerics tests at the end (the H200 run needed ~140 s)")
     args = p.parse_args(argv)
     end = time.time() + args.budget_s
-    deadline = end - (0 if args.skip_tests else args.tests_s)  # the benchmarks leave the tests their share
     model = QUICK if args.quick else GEMMA3_1B
     py = sys.executable
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     unknown = parts - {"sampler", "grpo", "grpo_lora8", "sft_lora8", "tests"}
     if unknown:
         p.error(f"unknown parts {sorted(unknown)}")
-    if "tests" not in parts:
-        args.skip_tests = True
-        deadline = end
+    deadline = end - (args.tests_s if "tests" in parts else 0)  # the benchmarks leave the tests their share
     for b in [int(x) for x in args.batches.split(",") if x.strip()] if "sampler" in parts else []:
         run_part(f"sampler_b{b}", [py, "benchmarks/sampler.py", *model, "--batch", str(b), "--prompt-len", "128",
                                    "--gen-len", "128", "--repeats", "3", "--roofline", "on",
@@ -105,7 +101,7 @@ def main(argv=None):
     if "sft_lora8" in parts:
         run_part("sft_lora8", [py, "benchmarks/sft_step.py", *model, "--batch", str(args.sft_batch), "--seq-len", "512",
                                "--steps", "6", "--pipelined-steps", "4", "--lora-rank", "8"], args.out, deadline)
-    if not args.skip_tests:
+    if "tests" in parts:
         # learn the platform in a process that exits: a TPU is held by one process at a time
         platform = subprocess.run([py, "-c", "import jax; print(jax.default_backend())"], capture_output=True,
                                   text=True).stdout.strip().splitlines()[-1]
