@@ -180,6 +180,7 @@ def test_the_job_config_names_bad_keys():
 
 
 def test_the_job_writes_the_grpo_run_directory_and_resumes(tmp_path):
+    pytest.importorskip("matplotlib", reason="the run directory's curve.png is drawn with matplotlib")
     run = tmp_path / "run"
     small = {"run_dir": str(run), "task": {"heldout_size": 8}, "training": {"batch_size": 2, "max_steps": 2,
              "eval_every_n_steps": 2, "save_every_n_steps": 2}, "grpo": {"num_generations": 2}}

@@ -20,6 +20,8 @@ ROLL = RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0)
 
 
 def meshes():
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices: two 2 × 2 meshes")
     devs = np.asarray(jax.devices())
     a = jax.sharding.Mesh(devs[:4].reshape(2, 2), ("fsdp", "tp"))
     b = jax.sharding.Mesh(devs[4:].reshape(2, 2), ("fsdp", "tp"))
@@ -172,8 +174,12 @@ def test_at_temperature_the_rollout_log_probs_are_the_actors_and_the_gap_says_so
     ro = cluster.generate(["12+34=", "7+8=", "99+1=", "50+5="] * 2, seed=2)
     want = numpy_logps(model, ro, 0.9)
     np.testing.assert_allclose(ro.logprobs, want, atol=1e-4)
-    gap = cluster.pop_logp_gap()
-    assert gap <= 1e-4 and gap == pytest.approx(float(np.abs(ro.logprobs - want).max()), abs=2e-5)
+    gap, err = cluster.pop_logp_gap(), float(np.abs(ro.logprobs - want).max())
+    assert gap <= 1e-4
+    if jax.default_backend() == "tpu":  # engine and actor share the TPU's float32 exp/log error; NumPy has none
+        assert gap <= err + 2e-5
+    else:
+        assert gap == pytest.approx(err, abs=2e-5)
     assert cluster.pop_logp_gap() is None  # popped: the next step starts afresh
 
 

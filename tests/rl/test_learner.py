@@ -182,6 +182,7 @@ def test_recipe_keys_are_checked_with_the_nearest_name(tmp_path):
 
 
 def test_train_command_writes_the_run_directory_and_resumes(tmp_path):
+    pytest.importorskip("matplotlib", reason="the run directory's curve.png is drawn with matplotlib")
     run = tmp_path / "run"
     args = ["train", str(ROOT / "recipes" / "grpo_tiny.yaml"), "training.max_steps=6", "training.batch_size=4",
             "training.eval_every_n_steps=3", "training.save_every_n_steps=3", "--run-dir", str(run), "--no-progress"]

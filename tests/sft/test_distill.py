@@ -15,6 +15,9 @@ from tunix_lit.sft import distill
 from tunix_lit.sft import trainer as tr
 
 CFG = ModelConfig.from_name("tiny-qwen3", vocab_size=19)
+# A TPU's float32 exp / log agree with float64 to about 1e-4 relative (a CPU's to about 1e-7): the formula tests
+# keep their CPU tolerance and widen to that on a TPU (seen there: up to 1.3e-4 in the KL).
+TPU = jax.default_backend() == "tpu"
 SMALL = ModelConfig.from_name("tiny-qwen3", vocab_size=19, embed_dim=32, hidden_dim=64, num_layers=1, num_heads=2,
                               num_kv_heads=1, head_dim=16)
 
@@ -45,7 +48,7 @@ def test_soft_kl_matches_numpy_formula():
             for j in range(5):
                 p_t, p_s = softmax64(t[i, j] / temperature), softmax64(s[i, j] / temperature)
                 expected = sum(p_t[v] * (math.log(p_t[v]) - math.log(p_s[v])) for v in range(11))
-                assert got[i, j] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+                assert got[i, j] == pytest.approx(expected, rel=3e-4 if TPU else 1e-4, abs=1e-6)
 
 
 def test_soft_kl_is_zero_for_equal_logits_and_ignores_shifts():
@@ -85,7 +88,7 @@ def test_soft_loss_gradient_matches_closed_form_and_finite_differences():
     s, t, T = r.normal(0, 2, 9), r.normal(0, 2, 9), 2.0
     grad = np.asarray(jax.grad(lambda x: T**2 * distill.soft_kl(x, jnp.asarray(t, jnp.float32), T))(
         jnp.asarray(s, jnp.float32)))
-    np.testing.assert_allclose(grad, T * (softmax64(s / T) - softmax64(t / T)), atol=1e-5)
+    np.testing.assert_allclose(grad, T * (softmax64(s / T) - softmax64(t / T)), atol=1e-5, rtol=2e-4 if TPU else 1e-7)
 
     def numpy_soft_loss(x):
         p_t, p_s = softmax64(t / T), softmax64(x / T)

@@ -15,6 +15,9 @@ from tunix_lit.sft import dpo
 from tunix_lit.sft import trainer as tr
 
 CFG = ModelConfig.from_name("tiny-qwen3", vocab_size=19)
+# A TPU's float32 exp / log agree with float64 to about 1e-4 relative (a CPU's to about 1e-7): the formula tests
+# keep their CPU tolerance and widen to that on a TPU (seen there: up to 1.0e-4, the log-sigmoids below).
+REL = 2e-4 if jax.default_backend() == "tpu" else 1e-5
 
 
 def quiet(**kw):
@@ -56,7 +59,7 @@ def test_dpo_sigmoid_loss_matches_paper_formula(label_smoothing):
     for i in range(len(w)):
         h = math.log(math.exp(w[i]) / math.exp(w_ref[i])) - math.log(math.exp(l[i]) / math.exp(l_ref[i]))
         expected = -(1 - label_smoothing) * log_sigmoid(beta * h) - label_smoothing * log_sigmoid(-beta * h)
-        assert got[i] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        assert got[i] == pytest.approx(expected, rel=REL, abs=1e-6)
 
 
 def test_label_smoothing_penalises_confident_margins():
@@ -88,8 +91,8 @@ def test_orpo_loss_matches_paper_formula(label_smoothing):
         p_w, p_l = math.exp(w[i]), math.exp(l[i])
         ratio = math.log((p_w / (1 - p_w)) / (p_l / (1 - p_l)))
         l_or = -(1 - label_smoothing) * log_sigmoid(ratio) - label_smoothing * log_sigmoid(-ratio)
-        assert log_odds[i] == pytest.approx(ratio, rel=1e-4, abs=1e-5)
-        assert got[i] == pytest.approx(-w[i] + lam * l_or, rel=1e-5)
+        assert log_odds[i] == pytest.approx(ratio, rel=max(REL, 1e-4), abs=1e-5)
+        assert got[i] == pytest.approx(-w[i] + lam * l_or, rel=REL)
 
 
 def test_pair_logps_match_unpadded_recompute_in_numpy():
