@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf', 'sample_logits', 'token_logprobs',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
-           'SamplerOutput', 'Sampler', 'prompt_runs']
+           'decode_head', 'head_logits', 'SamplerOutput', 'Sampler', 'prompt_runs']
 
 # %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
@@ -190,6 +190,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
            mode: SamplingMode) -> DecodeState:
     """Generate into slots step+1..limit (int32 []) in one `lax.while_loop`, stopping early when every row is done."""
     B = carry.tokens.shape[0]
+    head_t = decode_head(nnx.merge(graphdef, state), B)  # read once, outside the loop
 
     def unfinished(c: DecodeState):
         return (c.step < limit) & ~jnp.all(c.done)
@@ -201,7 +202,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
         last = jax.lax.dynamic_slice_in_dim(c.tokens, c.step, 1, axis=1)  # [B, 1]
         mask = jax.lax.dynamic_update_slice_in_dim(c.mask, jnp.ones((B, 1, 1), bool), c.step, axis=2)
         hidden, cache = model(last, (c.step - c.pad)[:, None], c.cache, mask, return_hidden=True)
-        token, logprob = pick_tokens(model.logits(hidden)[:, 0], jax.random.fold_in(key, c.step),
+        token, logprob = pick_tokens(head_logits(model, hidden, head_t), jax.random.fold_in(key, c.step),
                                      temperature, top_p, mode)
         token = jnp.where(c.done, pad_id, token)
         logprob = jnp.where(c.done, 0.0, logprob)
@@ -211,6 +212,25 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
         return DecodeState(c.step + 1, tokens, logprobs, done, c.pad, mask, cache)
 
     return jax.lax.while_loop(unfinished, one_token, carry)
+
+# %% ../../nbs/14_sampler.ipynb #cc00602a
+def decode_head(model: tfm.Transformer, batch: int) -> Optional[jax.Array]:
+    """The tied embedding table as a [D, V] matrix for a CPU decode loop of several rows, made once a call; else None."""
+    head = model.embedder
+    if (not model.config.tie_embeddings or batch == 1 or jax.default_backend() != "cpu"
+            or len(jax.tree.leaves(nnx.state(head))) != 1):  # untied, one row, an accelerator, or a rewritten table
+        return None
+    return jax.lax.optimization_barrier(head.embedding[...].astype(head.dtype).T)  # not folded back into each step
+
+
+def head_logits(model: tfm.Transformer, hidden: jax.Array, head_t: Optional[jax.Array]) -> jax.Array:
+    """float32 logits [B, V] of hidden [B, 1, D]: the model's own head, or hidden · head_t with its softcap."""
+    if head_t is None:
+        return model.logits(hidden)[:, 0]
+    out = (hidden[:, 0].astype(head_t.dtype) @ head_t).astype(jnp.float32)
+    cap = model.config.final_logit_softcap
+    return cap * jnp.tanh(out / cap) if cap else out
+
 
 # %% ../../nbs/14_sampler.ipynb #5c07eeba
 @dataclasses.dataclass(frozen=True)
