@@ -117,6 +117,28 @@ def test_either_cpu_matmul_kernel_gives_the_full_recompute_tokens(tok, model, do
         assert list(got) == greedy_reference(model, prompt, 6)
 
 
+@pytest.mark.parametrize("family", ["tiny-gemma3", "tiny-qwen3"])
+def test_decode_copies_give_the_full_forward_log_probs_with_a_tied_head(tok, family, monkeypatch):
+    """A tied head and several rows: the CPU decode's per-call copies (the table transposed, q|k|v and gate|up
+    side by side) are made, and tokens and log-probs match a full forward pass; decode_copies=False makes none."""
+    model = create_model(ModelConfig.from_name(family, vocab_size=tok.vocab_size, tie_embeddings=True), seed=3)
+    made = []
+    for name in ("decode_head", "decode_projections"):
+        real = getattr(sampler_lib, name)
+        monkeypatch.setattr(sampler_lib, name, lambda *a, _f=real, _n=name: made.append((_n, _f(*a) is not None)) or _f(*a))
+    outs = {}
+    for copies in (True, False):
+        made.clear()
+        outs[copies] = Sampler(model, tok, decode_copies=copies).generate(
+            [tok.encode(p) for p in PROMPTS], max_new_tokens=6, temperature=0.9, seed=4, stop_tokens=[])
+        expected = [("decode_head", True), ("decode_projections", True)] if copies and jax.default_backend() == "cpu" else []
+        assert made == expected
+    for prompt, got, lp in zip(outs[True].prompt_tokens, outs[True].tokens, outs[True].logprobs):
+        np.testing.assert_allclose(lp, full_logprobs(model, prompt, got, 0.9), atol=2e-4)
+    for a, b in zip(outs[True].tokens, outs[False].tokens):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_greedy_stops_where_the_loop_stops(tok, model):
     """With a stop token the rows end at the reference's first stop token, and include it."""
     first = greedy_reference(model, tok.encode(PROMPTS[0]), 6)

@@ -79,9 +79,11 @@ def test_llama3_rope_scaling_matches_a_loop_over_frequencies():
         assert got[i] == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("name", FAMILIES)
-def test_incremental_decoding_equals_full_forward(name):
-    """Prefill 5 left-padded tokens, then decode one at a time: every position matches a full pass."""
+def test_incremental_decoding_equals_full_forward(name, fused):
+    """Prefill 5 left-padded tokens, then decode one at a time (with concatenated projections or the modules'
+    own): every position matches a full pass."""
     cfg = tf.ModelConfig.from_name(name)
     model = tf.Transformer(cfg, rngs=nnx.Rngs(1))
     tokens, mask = _left_pad(_tokens(3, 12), [0, 2, 4])
@@ -93,8 +95,9 @@ def test_incremental_decoding_equals_full_forward(name):
     key_mask = jnp.zeros((3, C), bool).at[:, :12].set(mask)
     out, cache = model(tokens[:, :5], positions[:, :5], cache, key_mask)
     steps = [out]
+    kw = {"fused": tf.concat_projections(model)} if fused else {}
     for t in range(5, 12):
-        out, cache = model(tokens[:, t:t + 1], positions[:, t:t + 1], cache, key_mask)
+        out, cache = model(tokens[:, t:t + 1], positions[:, t:t + 1], cache, key_mask, **kw)
         steps.append(out)
     assert int(cache.index) == 12
     inc = jnp.concatenate(steps, axis=1)

@@ -213,3 +213,11 @@ def test_lora_on_a_mesh_is_sharded_like_its_kernel_and_matches_single_device(bas
     merged = lora.merge_lora(sharded)
     assert merged.layers[0].attn.q_proj.kernel[...].sharding.spec == P("fsdp", "tp", None)
     assert tfm.mesh_of(merged) == mesh == tfm.mesh_of(sharded)  # merge_lora finds the mesh through chapter 10's helper
+
+
+def test_a_lora_or_quantised_model_gets_no_concatenated_projections():
+    """The sampler's fused decode kernels are for plain float kernels only: qwix-rewritten projections return None."""
+    base = tfm.create_model(tfm.ModelConfig.from_name("tiny-qwen3"), seed=0)
+    assert tfm.concat_projections(base) is not None
+    assert tfm.concat_projections(lora.apply_lora(base, rank=RANK, alpha=ALPHA)) is None
+    assert tfm.concat_projections(lora.apply_lora(base, rank=RANK, alpha=ALPHA, quantize="nf4", tile_size=16)) is None

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf', 'sample_logits', 'token_logprobs',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
-           'decode_head', 'head_logits', 'SamplerOutput', 'Sampler', 'prompt_runs']
+           'decode_head', 'decode_projections', 'head_logits', 'SamplerOutput', 'Sampler', 'prompt_runs']
 
 # %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
@@ -187,10 +187,11 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
 
 # %% ../../nbs/14_sampler.ipynb #a02c8b03
 def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, stop_ids, pad_id, *,
-           mode: SamplingMode) -> DecodeState:
+           mode: SamplingMode, copies: bool = True) -> DecodeState:
     """Generate into slots step+1..limit (int32 []) in one `lax.while_loop`, stopping early when every row is done."""
     B = carry.tokens.shape[0]
-    head_t = decode_head(nnx.merge(graphdef, state), B)  # read once, outside the loop
+    outside = nnx.merge(graphdef, state)  # the copies below are made once a call, outside the loop
+    head_t, fused = (decode_head(outside, B), decode_projections(outside)) if copies else (None, None)
 
     def unfinished(c: DecodeState):
         return (c.step < limit) & ~jnp.all(c.done)
@@ -201,7 +202,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
         model = nnx.merge(graphdef, state)
         last = jax.lax.dynamic_slice_in_dim(c.tokens, c.step, 1, axis=1)  # [B, 1]
         mask = jax.lax.dynamic_update_slice_in_dim(c.mask, jnp.ones((B, 1, 1), bool), c.step, axis=2)
-        hidden, cache = model(last, (c.step - c.pad)[:, None], c.cache, mask, return_hidden=True)
+        hidden, cache = model(last, (c.step - c.pad)[:, None], c.cache, mask, return_hidden=True, fused=fused)
         token, logprob = pick_tokens(head_logits(model, hidden, head_t), jax.random.fold_in(key, c.step),
                                      temperature, top_p, mode)
         token = jnp.where(c.done, pad_id, token)
@@ -221,6 +222,14 @@ def decode_head(model: tfm.Transformer, batch: int) -> Optional[jax.Array]:
             or len(jax.tree.leaves(nnx.state(head))) != 1):  # untied, one row, an accelerator, or a rewritten table
         return None
     return jax.lax.optimization_barrier(head.embedding[...].astype(head.dtype).T)  # not folded back into each step
+
+
+def decode_projections(model: tfm.Transformer) -> Optional[tuple]:
+    """Chapter 10's concatenated q|k|v and gate|up kernels for a CPU decode loop off a mesh, made once a call; else None."""
+    if jax.default_backend() != "cpu" or not jax.sharding.get_abstract_mesh().empty:
+        return None
+    fused = tfm.concat_projections(model)  # None for a LoRA or quantised model
+    return None if fused is None else jax.lax.optimization_barrier(fused)
 
 
 def head_logits(model: tfm.Transformer, hidden: jax.Array, head_t: Optional[jax.Array]) -> jax.Array:
@@ -263,7 +272,7 @@ class Sampler:
     """Batched generation for a `Transformer`: a jitted prefill and a jitted while-loop decode over a fixed buffer."""
 
     def __init__(self, model: tfm.Transformer, tokenizer, *, max_len: Optional[int] = None,
-                 min_prompt_bucket: int = 8, cache_dtype=None, seed: int = 0):
+                 min_prompt_bucket: int = 8, cache_dtype=None, seed: int = 0, decode_copies: bool = True):
         self.graphdef, state = nnx.split(model)
         self.config = model.config
         self.tokenizer = _as_tokenizer(tokenizer)
@@ -278,6 +287,7 @@ class Sampler:
         platform = next(iter(on[0].devices())).platform if on else jax.default_backend()
         self.compiler_options = runtime.decode_compiler_options(platform)
         self.append_last = platform == "cpu"  # one-row decode steps attend, then write (chapter 10)
+        self.decode_copies = decode_copies  # CPU decode loops: per-call copies of weights in faster layouts
         self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode", "repeat"),
                                 compiler_options=self.compiler_options)
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
@@ -292,7 +302,7 @@ class Sampler:
 
     def _trace_decode(self, state, carry, *args, mode):
         self.traces["decode"] += 1
-        return decode(self.graphdef, state, carry, *args, mode=mode)
+        return decode(self.graphdef, state, carry, *args, mode=mode, copies=self.decode_copies)
 
 # %% ../../nbs/14_sampler.ipynb #575c9489
 @patch(as_prop=True)

@@ -6,8 +6,8 @@
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
            'write_slots', 'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'lm_head', 'attend_then_append',
-           'state_shardings', 'create_model', 'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch',
-           'to_host', 'put_replicated']
+           'concat_projections', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of', 'tree_bytes',
+           'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -322,12 +322,16 @@ class Attention(nnx.Module):
         self.rope = nnx.static((theta, None if self.local else cfg.rope_scaling))
         self.cfg = nnx.static(cfg)
 
-    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False):
+    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False, qkv=None):
         """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, K, C, H] or None."""
         cfg = self.cfg
         B, T, _ = x.shape
         K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:  # the three kernels side by side, one product (the sampler's CPU decode: concat_projections)
+            y = (x.reshape(B * T, -1).astype(qkv.dtype) @ qkv).reshape(B, T, -1, H)
+            q, k, v = y[:, :, :K * G], y[:, :, K * G:K * G + K], y[:, :, K * G + K:]
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         freqs = rope_frequencies(H, *self.rope)  # static: computed at trace time
@@ -367,13 +371,16 @@ class MLP(nnx.Module):
         self.gate_proj, self.up_proj, self.down_proj = lin(D, F, ("embed", "mlp")), lin(D, F, ("embed", "mlp")), lin(F, D, ("mlp", "embed"))
         self.activation = nnx.static(cfg.activation)
 
-    def __call__(self, x):
+    def __call__(self, x, gate_up=None):
         # as one [B·T, D] matrix: XLA:CPU computes the weight gradient of a 2-D matmul about 3x faster
         lead = x.shape[:-1]
         x = x.reshape(-1, x.shape[-1])
-        gate = self.gate_proj(x)
+        if gate_up is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:  # both kernels side by side, one product (concat_projections)
+            gate, up = jnp.split(x.astype(gate_up.dtype) @ gate_up, 2, axis=-1)
         gate = jax.nn.silu(gate) if self.activation == "silu" else jax.nn.gelu(gate, approximate=True)
-        return self.down_proj(gate * self.up_proj(x)).reshape(*lead, -1)
+        return self.down_proj(gate * up).reshape(*lead, -1)
 
 
 class Block(nnx.Module):
@@ -389,10 +396,11 @@ class Block(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs)
         self.sandwich = nnx.static(cfg.sandwich_norm)
 
-    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False):
-        h, kv = self.attn(self.pre_attn_norm(x), positions, mask, kv, index, append_last)
+    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False, fused=None):
+        qkv, gate_up = fused if fused is not None else (None, None)  # this layer's concat_projections
+        h, kv = self.attn(self.pre_attn_norm(x), positions, mask, kv, index, append_last, qkv)
         x = x + (self.post_attn_norm(h) if self.sandwich else h)
-        h = self.mlp(self.pre_mlp_norm(x))
+        h = self.mlp(self.pre_mlp_norm(x), gate_up)
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
         return shard(x, ("batch", "seq", "act_embed")), kv
 
@@ -414,7 +422,7 @@ class Transformer(nnx.Module):
                                       kernel_init=_param(nnx.initializers.lecun_normal(), ("embed", "vocab")), rngs=rngs)
 
     def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None, cache: Optional[KVCache] = None,
-                 attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False):
+                 attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False, fused=None):
         """Logits float32 [B, T, V] (or final hidden states [B, T, D] with return_hidden) and the updated cache."""
         cfg = self.config
         B, T = tokens.shape
@@ -431,7 +439,8 @@ class Transformer(nnx.Module):
         new_k, new_v = [], []
         for i, block in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = block(x, positions, attention_mask, kv, start, cache is not None and cache.append_last)
+            x, kv = block(x, positions, attention_mask, kv, start, cache is not None and cache.append_last,
+                          None if fused is None else fused[i])
             if kv is not None:
                 new_k.append(kv[0])
                 new_v.append(kv[1])
@@ -505,6 +514,22 @@ def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, sof
     out = dot(probs[..., :C], rows(cache_v), ((2,), (1,))) + dot(probs[..., C:], rows(v), ((2,), (1,)))
     out = out.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4).reshape(B, T, K * G, H)
     return out, (write_slots(cache_k, k, index), write_slots(cache_v, v, index))
+
+# %% ../../nbs/10_model.ipynb #3c1218c4
+def concat_projections(model: "Transformer") -> Optional[tuple]:
+    """Per layer (q|k|v kernel [D, (N+2K)·H], gate|up kernel [D, 2F]) in the compute dtype; None when qwix rewrote one."""
+    dtype = jnp.dtype(model.config.dtype)
+    flat = lambda m: m.kernel[...].reshape(m.kernel.shape[0], -1).astype(dtype)  # [D, heads·H] or [D, F]
+    out = []
+    for block in model.layers:
+        a, m = block.attn, block.mlp
+        projections = (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)
+        if any(len(jax.tree.leaves(nnx.state(p))) != 1 for p in projections):  # LoRA or quantised: not one kernel
+            return None
+        out.append((jnp.concatenate([flat(a.q_proj), flat(a.k_proj), flat(a.v_proj)], axis=1),
+                    jnp.concatenate([flat(m.gate_proj), flat(m.up_proj)], axis=1)))
+    return tuple(out)
+
 
 # %% ../../nbs/10_model.ipynb #54f23d26
 def state_shardings(state: nnx.State, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
