@@ -90,6 +90,19 @@ def test_vanilla_apart_sync_moves_the_trainable_bytes_and_then_matches(tiny_mode
     assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens))
 
 
+def test_vanilla_decode_copies_option_reaches_the_sampler_and_changes_no_sample(tiny_model):
+    """decode_copies=False (no per-call weight copies, chapter 14) samples what the default does; other options fail."""
+    model, tok = tiny_model
+    kw = dict(max_prompt_length=8, max_new_tokens=6)
+    on, off = (engines.make_engine("vanilla", model, tok, decode_copies=c, **kw) for c in (True, False))
+    assert on.sampler.decode_copies and not off.sampler.decode_copies
+    a, b = (e.generate(ids(tok), 6, temperature=0.8, seed=3) for e in (on, off))
+    assert all(np.array_equal(x, y) for x, y in zip(a.tokens, b.tokens))
+    np.testing.assert_allclose(np.concatenate(a.logprobs), np.concatenate(b.logprobs), atol=1e-6)
+    with pytest.raises(TypeError, match="decode_copies"):
+        engines.make_engine("vanilla", model, tok, fast=True, **kw)
+
+
 def test_vanilla_refuses_a_dtype_other_than_the_actors(tiny_model):
     model, tok = tiny_model
     with pytest.raises(ValueError, match="runs in the actor's dtype"):

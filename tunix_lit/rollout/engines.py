@@ -167,10 +167,11 @@ class VanillaEngine:
 # %% ../../nbs/40_rollout_backends.ipynb #c6b34674
 @patch(cls_method=True)
 def build(cls: VanillaEngine, actor: nnx.Module, tokenizer, *, max_prompt_length: int, max_new_tokens: int,
-          mesh: Optional[Mesh] = None, dtype=None, seed: int = 0, **options) -> VanillaEngine:
+          mesh: Optional[Mesh] = None, dtype=None, seed: int = 0, decode_copies: bool = True,
+          **options) -> VanillaEngine:
     """A sampler over the actor's weights: colocated when `mesh` is None or the actor's own, else a copy."""
     if options:
-        raise TypeError(f"the vanilla engine takes no options, got {sorted(options)}")
+        raise TypeError(f"the vanilla engine takes one option, decode_copies (chapter 14), got {sorted(options)}")
     actor_dtype = np.dtype(jax.tree.leaves(nnx.state(actor, nnx.Param))[0].dtype)
     if dtype is not None and np.dtype(dtype) != actor_dtype:
         raise ValueError(f"the vanilla engine runs in the actor's dtype ({actor_dtype}), got dtype={dtype!r}; "
@@ -179,7 +180,7 @@ def build(cls: VanillaEngine, actor: nnx.Module, tokenizer, *, max_prompt_length
     graphdef, state = nnx.split(actor)
     state = jax.tree.map(lambda x: x, state) if colocated else _place(state, mesh)  # first load: everything
     sampler = Sampler(nnx.merge(graphdef, state), tokenizer, max_len=max_prompt_length + max_new_tokens,
-                      seed=seed)
+                      seed=seed, decode_copies=decode_copies)  # CPU decode: per-call copies (ch. 14)
     return cls(sampler, max_prompt_length=max_prompt_length, mesh=mesh, colocated=colocated)
 
 # %% ../../nbs/40_rollout_backends.ipynb #daf97c62
