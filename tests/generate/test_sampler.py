@@ -39,9 +39,9 @@ def tok():
     return Tokenizer.wrap(CharTokenizer(ALPHABET))
 
 
-def make_model(tok, family="tiny-qwen3", seed=0, mesh=None):
-    # untied head: a random tied model just repeats its input token, which would make every check trivial
-    cfg = ModelConfig.from_name(family, vocab_size=tok.vocab_size, tie_embeddings=False)
+def make_model(tok, family="tiny-qwen3", seed=0, mesh=None, tied=False):
+    # untied head: a random tied model just repeats its input token, which would make greedy checks trivial
+    cfg = ModelConfig.from_name(family, vocab_size=tok.vocab_size, tie_embeddings=tied)
     return create_model(cfg, seed=seed, mesh=mesh)
 
 
@@ -248,15 +248,17 @@ def test_generated_token_equal_to_pad_id_stays_visible(tok, model):
     assert list(out.tokens[0]) == want
 
 
-def test_sharded_sampler_gives_the_tokens_of_one_device(tok):
+@pytest.mark.parametrize("tied", [False, True])  # tied: the decode loop's transposed table on a mesh (chapter 14)
+def test_sharded_sampler_gives_the_tokens_of_one_device(tok, tied):
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 devices (tests/conftest.py sets 8 fake CPU devices)")
     mesh = make_mesh(2, 4)
-    single = Sampler(make_model(tok, seed=3), tok)
-    sharded = Sampler(make_model(tok, seed=3, mesh=mesh), tok)
+    single = Sampler(make_model(tok, seed=3, tied=tied), tok)
+    sharded = Sampler(make_model(tok, seed=3, mesh=mesh, tied=tied), tok)
     assert sharded.state["layers"][0]["mlp"]["gate_proj"]["kernel"][...].sharding.mesh.size == 8
     # the last case is one row: the attend-then-write decode step on a sharded cache
-    for prompts, kw in ((PROMPTS, dict()), (PROMPTS, dict(temperature=1.0, top_k=6, seed=11)), (PROMPTS[:1], dict())):
+    cases = ((PROMPTS, dict()), (PROMPTS, dict(temperature=1.0, top_k=6, seed=11)), (PROMPTS[:1], dict()))
+    for prompts, kw in cases[1:2] if tied else cases:  # a random tied model's greedy rows only repeat their input
         a = single(prompts, max_new_tokens=10, stop_tokens=[], **kw)
         b = sharded(prompts, max_new_tokens=10, stop_tokens=[], **kw)
         for x, y in zip(a.tokens, b.tokens):
