@@ -123,9 +123,18 @@ def test_decode_copies_give_the_full_forward_log_probs_with_a_tied_head(tok, fam
     side by side) are made, and tokens and log-probs match a full forward pass; decode_copies=False makes none."""
     model = create_model(ModelConfig.from_name(family, vocab_size=tok.vocab_size, tie_embeddings=True), seed=3)
     made = []
-    for name in ("decode_head", "decode_projections"):
+
+    def spy(name):  # records whether each copy was made when the decode program is traced
         real = getattr(sampler_lib, name)
-        monkeypatch.setattr(sampler_lib, name, lambda *a, _f=real, _n=name: made.append((_n, _f(*a) is not None)) or _f(*a))
+
+        def wrapped(*args):
+            out = real(*args)
+            made.append((name, out is not None))
+            return out
+        return wrapped
+
+    for name in ("decode_head", "decode_projections"):
+        monkeypatch.setattr(sampler_lib, name, spy(name))
     outs = {}
     for copies in (True, False):
         made.clear()

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf', 'sample_logits', 'token_logprobs',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
-           'decode_head', 'decode_projections', 'head_logits', 'SamplerOutput', 'Sampler', 'prompt_runs']
+           'decode_head', 'decode_projections', 'SamplerOutput', 'Sampler', 'prompt_runs']
 
 # %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
@@ -203,7 +203,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
         last = jax.lax.dynamic_slice_in_dim(c.tokens, c.step, 1, axis=1)  # [B, 1]
         mask = jax.lax.dynamic_update_slice_in_dim(c.mask, jnp.ones((B, 1, 1), bool), c.step, axis=2)
         hidden, cache = model(last, (c.step - c.pad)[:, None], c.cache, mask, return_hidden=True, fused=fused)
-        token, logprob = pick_tokens(head_logits(model, hidden, head_t), jax.random.fold_in(key, c.step),
+        token, logprob = pick_tokens(model.logits(hidden, head_t)[:, 0], jax.random.fold_in(key, c.step),
                                      temperature, top_p, mode)
         token = jnp.where(c.done, pad_id, token)
         logprob = jnp.where(c.done, 0.0, logprob)
@@ -230,15 +230,6 @@ def decode_projections(model: tfm.Transformer) -> Optional[tuple]:
         return None
     fused = tfm.concat_projections(model)  # None for a LoRA or quantised model
     return None if fused is None else jax.lax.optimization_barrier(fused)
-
-
-def head_logits(model: tfm.Transformer, hidden: jax.Array, head_t: Optional[jax.Array]) -> jax.Array:
-    """float32 logits [B, V] of hidden [B, 1, D]: the model's own head, or hidden · head_t with its softcap."""
-    if head_t is None:
-        return model.logits(hidden)[:, 0]
-    out = (hidden[:, 0].astype(head_t.dtype) @ head_t).astype(jnp.float32)
-    cap = model.config.final_logit_softcap
-    return cap * jnp.tanh(out / cap) if cap else out
 
 
 # %% ../../nbs/14_sampler.ipynb #5c07eeba

@@ -450,11 +450,14 @@ class Transformer(nnx.Module):
             return x, new_cache
         return self.logits(x), new_cache
 
-    def logits(self, x: jax.Array) -> jax.Array:
-        """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]."""
+    def logits(self, x: jax.Array, kernel: Optional[jax.Array] = None) -> jax.Array:
+        """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]; `kernel` [D, V] stands in for its weights."""
         cfg = self.config
         lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
-        out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
+        if kernel is None:
+            out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
+        else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 14)
+            out = x.astype(kernel.dtype) @ kernel
         out = out.reshape(*lead, -1).astype(jnp.float32)
         if cfg.final_logit_softcap:
             out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
