@@ -103,6 +103,32 @@ def test_vanilla_decode_copies_option_reaches_the_sampler_and_changes_no_sample(
         engines.make_engine("vanilla", model, tok, fast=True, **kw)
 
 
+def test_vanilla_lora_actor_decodes_from_merged_kernels(tiny_model, monkeypatch):
+    """A LoRA actor's CPU decode loop runs chapter 41's merged model (traced once a compile), and its log-probs are
+    still log softmax(logits / T) of the adapted model's full forward pass (NumPy); a QLoRA actor keeps its adapters."""
+    from tunix_lit.rollout import sync
+    from tunix_lit.sft import lora
+
+    base, tok = tiny_model
+    actor = lora.apply_lora(base, rank=4, alpha=8.0)
+    for _, var in nnx.to_flat_state(nnx.state(actor, nnx.LoRAParam)):  # B starts at 0: nudge every adapter
+        var.set_value(0.1 * jax.random.normal(jax.random.key(var.get_value().size), var.get_value().shape))
+    calls = []
+    real = sync.merged_decoder
+    monkeypatch.setattr(sync, "merged_decoder", lambda m: calls.append(type(m).__name__) or real(m))
+    kw = dict(max_prompt_length=8, max_new_tokens=6)
+    engine = engines.make_engine("vanilla", actor, tok, **kw)
+    assert engine.sampler.decode_merge is not None
+    a = engine.generate(ids(tok), 6, temperature=0.7, seed=5)
+    assert calls == (["Transformer"] if jax.default_backend() == "cpu" else [])  # traced once, on a CPU only
+    for prompt, toks, lps in zip(ids(tok), a.tokens, a.logprobs):
+        np.testing.assert_allclose(lps, numpy_logprobs(actor, prompt, toks, 0.7), atol=1e-4)
+    moved = [np.abs(lps - numpy_logprobs(base, p, t, 0.7)).max() for p, t, lps in zip(ids(tok), a.tokens, a.logprobs)]
+    assert max(moved) > 1e-2  # the adapters change the distributions, so the check above can tell
+    qlora = lora.apply_lora(base, rank=4, alpha=8.0, quantize="int8", tile_size=16)
+    assert engines.make_engine("vanilla", qlora, tok, **kw).sampler.decode_merge is None
+
+
 def test_vanilla_refuses_a_dtype_other_than_the_actors(tiny_model):
     model, tok = tiny_model
     with pytest.raises(ValueError, match="runs in the actor's dtype"):

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['next_power_of_2', 'left_pad', 'greedy_argmax', 'categorical_by_cdf', 'sample_logits', 'token_logprobs',
            'SamplingMode', 'check_sampling_args', 'resolve_sampling', 'pick_tokens', 'DecodeState', 'prefill', 'decode',
-           'decode_head', 'decode_projections', 'SamplerOutput', 'Sampler', 'prompt_runs']
+           'decode_head', 'decode_model', 'decode_projections', 'SamplerOutput', 'Sampler', 'prompt_runs']
 
 # %% ../../nbs/14_sampler.ipynb #337c792f
 # Prompts are left-padded into a fixed token buffer [B, P + G]; positions come from the count of real
@@ -18,7 +18,7 @@ import collections
 import contextlib
 import dataclasses
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -187,10 +187,12 @@ def prefill(graphdef, state, prompt, pad, key, temperature, top_p, stop_ids, pad
 
 # %% ../../nbs/14_sampler.ipynb #a02c8b03
 def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, stop_ids, pad_id, *,
-           mode: SamplingMode, copies: bool = True) -> DecodeState:
+           mode: SamplingMode, copies: bool = True, merge: Optional[Callable] = None) -> DecodeState:
     """Generate into slots step+1..limit (int32 []) in one `lax.while_loop`, stopping early when every row is done."""
     B = carry.tokens.shape[0]
     outside = nnx.merge(graphdef, state)  # the copies below are made once a call, outside the loop
+    if copies and (merged := decode_model(outside, merge)) is not outside:  # e.g. LoRA folded into the kernels
+        outside, (graphdef, state) = merged, nnx.split(merged)
     head_t, fused = (decode_head(outside, B), decode_projections(outside)) if copies else (None, None)
 
     def unfinished(c: DecodeState):
@@ -222,6 +224,13 @@ def decode_head(model: tfm.Transformer, batch: int) -> Optional[jax.Array]:
             or len(jax.tree.leaves(nnx.state(head))) != 1):  # untied, one row, an accelerator, or a rewritten table
         return None
     return jax.lax.optimization_barrier(head.embedding[...].astype(head.dtype).T)  # not folded back into each step
+
+
+def decode_model(model: nnx.Module, merge: Optional[Callable]) -> nnx.Module:
+    """`merge(model)` (e.g. a LoRA model's adapters folded into plain kernels) for a CPU decode loop off a mesh, made once a call; else `model`."""
+    if merge is None or jax.default_backend() != "cpu" or not jax.sharding.get_abstract_mesh().empty:
+        return model
+    return merge(model)
 
 
 def decode_projections(model: tfm.Transformer) -> Optional[tuple]:
@@ -263,7 +272,8 @@ class Sampler:
     """Batched generation for a `Transformer`: a jitted prefill and a jitted while-loop decode over a fixed buffer."""
 
     def __init__(self, model: tfm.Transformer, tokenizer, *, max_len: Optional[int] = None,
-                 min_prompt_bucket: int = 8, cache_dtype=None, seed: int = 0, decode_copies: bool = True):
+                 min_prompt_bucket: int = 8, cache_dtype=None, seed: int = 0, decode_copies: bool = True,
+                 decode_merge: Optional[Callable] = None):
         self.graphdef, state = nnx.split(model)
         self.config = model.config
         self.tokenizer = _as_tokenizer(tokenizer)
@@ -279,6 +289,7 @@ class Sampler:
         self.compiler_options = runtime.decode_compiler_options(platform)
         self.append_last = platform == "cpu"  # one-row decode steps attend, then write (chapter 10)
         self.decode_copies = decode_copies  # CPU decode loops: per-call copies of weights in faster layouts
+        self.decode_merge = decode_merge  # with the copies: the model the loop runs, e.g. LoRA merged (chapter 40)
         self._prefill = jax.jit(self._trace_prefill, static_argnames=("buffer_len", "mode", "repeat"),
                                 compiler_options=self.compiler_options)
         # The decode call replaces its carry (token buffer, log-probs, KV cache): donating it lets
@@ -293,7 +304,8 @@ class Sampler:
 
     def _trace_decode(self, state, carry, *args, mode):
         self.traces["decode"] += 1
-        return decode(self.graphdef, state, carry, *args, mode=mode, copies=self.decode_copies)
+        return decode(self.graphdef, state, carry, *args, mode=mode, copies=self.decode_copies,
+                      merge=self.decode_merge)
 
 # %% ../../nbs/14_sampler.ipynb #575c9489
 @patch(as_prop=True)

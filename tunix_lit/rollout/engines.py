@@ -16,7 +16,7 @@ import dataclasses
 import importlib
 import time
 import typing
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 import numpy as np
@@ -165,6 +165,14 @@ class VanillaEngine:
         """Always available: it is part of the package."""
 
 # %% ../../nbs/40_rollout_backends.ipynb #c6b34674
+def _decode_merge(actor: nnx.Module) -> Optional[Callable]:
+    """Chapter 41's `merged_decoder` for a LoRA actor over a float base (its CPU decode loop runs merged kernels); else None."""
+    if not jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) or getattr(getattr(actor, "lora_config", None), "quantize", None):
+        return None  # no adapters, or a 4-/8-bit base whose memory saving a float copy would undo
+    from tunix_lit.rollout.sync import merged_decoder  # chapter 41's module imports this one: imported at the call
+    return merged_decoder
+
+
 @patch(cls_method=True)
 def build(cls: VanillaEngine, actor: nnx.Module, tokenizer, *, max_prompt_length: int, max_new_tokens: int,
           mesh: Optional[Mesh] = None, dtype=None, seed: int = 0, decode_copies: bool = True,
@@ -180,7 +188,7 @@ def build(cls: VanillaEngine, actor: nnx.Module, tokenizer, *, max_prompt_length
     graphdef, state = nnx.split(actor)
     state = jax.tree.map(lambda x: x, state) if colocated else _place(state, mesh)  # first load: everything
     sampler = Sampler(nnx.merge(graphdef, state), tokenizer, max_len=max_prompt_length + max_new_tokens,
-                      seed=seed, decode_copies=decode_copies)  # CPU decode: per-call copies (ch. 14)
+                      seed=seed, decode_copies=decode_copies, decode_merge=_decode_merge(actor))  # ch. 14
     return cls(sampler, max_prompt_length=max_prompt_length, mesh=mesh, colocated=colocated)
 
 # %% ../../nbs/40_rollout_backends.ipynb #daf97c62

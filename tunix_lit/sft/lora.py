@@ -145,7 +145,7 @@ def nbytes(tree) -> int:
 from ..rollout.sync import float_weight  # written once, in chapter 41 (the rollout layer)
 
 # %% ../../nbs/61_lora_qlora.ipynb #f9c01a93
-from ..rollout.sync import actor_params, lora_delta, path_str  # written once, in chapter 41
+from ..rollout.sync import actor_params, lora_delta, merged_decoder, path_str  # written once, in chapter 41
 
 
 def merge_lora(model: tfm.Transformer) -> tfm.Transformer:
@@ -153,13 +153,12 @@ def merge_lora(model: tfm.Transformer) -> tfm.Transformer:
     cfg = getattr(model, "lora_config", None)
     if not isinstance(cfg, LoraConfig):
         raise TypeError(f"merge_lora needs a model returned by apply_lora; this {type(model).__name__} has no LoRA")
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0))))
-    merged = actor_params(model)  # W + scale·A·B per kernel, in the base's storage dtype (chapter 41)
-    state = nnx.from_flat_state([(p, var.replace(merged[path_str(p)])) for p, var in nnx.to_flat_state(abstract)])
+    plain = merged_decoder(model)  # W + scale·A·B per kernel, in the base's storage dtype (chapter 41)
     mesh = tfm.mesh_of(model)
     if mesh is not None:
-        state = jax.device_put(state, tfm.state_shardings(state, mesh))
-    return nnx.merge(graphdef, state)
+        graphdef, state = nnx.split(plain)
+        plain = nnx.merge(graphdef, jax.device_put(state, tfm.state_shardings(state, mesh)))
+    return plain
 
 # %% ../../nbs/61_lora_qlora.ipynb #b7ed9cd9
 def save_merged_hf(model: tfm.Transformer, path: Union[str, Path], **save_kwargs) -> Path:
