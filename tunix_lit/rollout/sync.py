@@ -102,7 +102,7 @@ def actor_params(actor: nnx.Module) -> dict:
                          "with tunix_lit.sft.lora.apply_lora")
     return _merger(actor.config, float(scale))(actor)
 
-# %% ../../nbs/41_weight_sync.ipynb #b09dafaf
+# %% ../../nbs/41_weight_sync.ipynb #cb105106
 def merged_decoder(model: nnx.Module) -> tfm.Transformer:
     """A plain Transformer of the model's config holding `actor_params(model)`: LoRA folded in, no placement (traceable)."""
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0))))
