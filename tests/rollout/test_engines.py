@@ -127,6 +127,9 @@ def test_vanilla_lora_actor_decodes_from_merged_kernels(tiny_model, monkeypatch)
     assert max(moved) > 1e-2  # the adapters change the distributions, so the check above can tell
     qlora = lora.apply_lora(base, rank=4, alpha=8.0, quantize="int8", tile_size=16)
     assert engines.make_engine("vanilla", qlora, tok, **kw).sampler.decode_merge is None
+    by_hand = nnx.merge(*nnx.split(actor))  # the same adapters without apply_lora's lora_config: scale unknown
+    del by_hand.lora_config
+    assert engines.make_engine("vanilla", by_hand, tok, **kw).sampler.decode_merge is None
 
 
 def test_vanilla_refuses_a_dtype_other_than_the_actors(tiny_model):

@@ -167,8 +167,11 @@ class VanillaEngine:
 # %% ../../nbs/40_rollout_backends.ipynb #c6b34674
 def _decode_merge(actor: nnx.Module) -> Optional[Callable]:
     """Chapter 41's `merged_decoder` for a LoRA actor over a float base (its CPU decode loop runs merged kernels); else None."""
-    if not jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) or getattr(getattr(actor, "lora_config", None), "quantize", None):
-        return None  # no adapters, or a 4-/8-bit base whose memory saving a float copy would undo
+    cfg = getattr(actor, "lora_config", None)  # set by chapter 61's apply_lora: the scale alpha / rank
+    if not jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) or getattr(cfg, "scale", None) is None:
+        return None  # no adapters, or adapters of unknown scale (qwix applied by hand): they stay in the loop
+    if cfg.quantize:
+        return None  # a 4-/8-bit base, whose memory saving a float copy would undo
     from tunix_lit.rollout.sync import merged_decoder  # chapter 41's module imports this one: imported at the call
     return merged_decoder
 
