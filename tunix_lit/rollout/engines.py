@@ -170,7 +170,7 @@ def _decode_merge(actor: nnx.Module) -> Optional[Callable]:
     cfg = getattr(actor, "lora_config", None)  # set by chapter 61's apply_lora: the scale alpha / rank
     if not jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) or getattr(cfg, "scale", None) is None:
         return None  # no adapters, or adapters of unknown scale (qwix applied by hand): they stay in the loop
-    if cfg.quantize:
+    if getattr(cfg, "quantize", None):
         return None  # a 4-/8-bit base, whose memory saving a float copy would undo
     from tunix_lit.rollout.sync import merged_decoder  # chapter 41's module imports this one: imported at the call
     return merged_decoder
