@@ -25,9 +25,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sampler as bench  # noqa: E402  (the model flags, the random decoder and the prompts of sampler.py)
 from machine import machine_info  # noqa: E402
+from sft_step import LORA_TARGETS  # noqa: E402  (all seven projections, as the SFT and GRPO benchmarks use)
 
 VARIANTS = ("copies", "no-copies", "merge", "no-merge")
-LORA_TARGETS = ".*/(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
 def parse_args(argv=None):

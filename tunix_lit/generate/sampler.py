@@ -226,16 +226,18 @@ def decode_head(model: tfm.Transformer, batch: int) -> Optional[jax.Array]:
     return jax.lax.optimization_barrier(head.embedding[...].astype(head.dtype).T)  # not folded back into each step
 
 
+def _cpu_off_mesh() -> bool:
+    return jax.default_backend() == "cpu" and jax.sharding.get_abstract_mesh().empty
+
+
 def decode_model(model: nnx.Module, merge: Optional[Callable]) -> nnx.Module:
     """`merge(model)` (e.g. a LoRA model's adapters folded into plain kernels) for a CPU decode loop off a mesh, made once a call; else `model`."""
-    if merge is None or jax.default_backend() != "cpu" or not jax.sharding.get_abstract_mesh().empty:
-        return model
-    return merge(model)
+    return merge(model) if merge is not None and _cpu_off_mesh() else model
 
 
 def decode_projections(model: tfm.Transformer) -> Optional[tuple]:
     """Chapter 10's concatenated q|k|v and gate|up kernels for a CPU decode loop off a mesh, made once a call; else None."""
-    if jax.default_backend() != "cpu" or not jax.sharding.get_abstract_mesh().empty:
+    if not _cpu_off_mesh():
         return None
     fused = tfm.concat_projections(model)  # None for a LoRA or quantised model
     return None if fused is None else jax.lax.optimization_barrier(fused)
