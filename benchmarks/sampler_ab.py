@@ -10,7 +10,8 @@ variant's gain is the median of its per-round time ratios against the first vari
 Variants: `copies` (the default `Sampler`: chapter 14's per-call copies), `no-copies` (`decode_copies=False`),
 and with `--lora-rank` > 0 (rank-r adapters on all seven projections, B drawn at random so they matter)
 `merge` (`decode_merge` = chapter 41's `merged_decoder`, what the vanilla engine passes for a LoRA actor) and
-`no-merge` (the adapters' products inside the loop). The model flags are `sampler.py`'s. Prints one JSON line:
+`no-merge` (the adapters' products inside the loop); the merge is made on a CPU off a mesh only, as the sampler
+does, unless `--any-backend` lifts that condition to measure it on an accelerator. The model flags are `sampler.py`'s. Prints one JSON line:
 per variant tokens/s (median call), the paired median gain with its middle half, whether every sampled row
 equals the first variant's, and the largest log-prob difference; then the machine.
 """
@@ -36,6 +37,8 @@ def parse_args(argv=None):
     p.add_argument("--variants", default="copies,no-copies", help=f"comma-separated, first is the base: {VARIANTS}")
     p.add_argument("--temperature", type=float, default=0.9, help="0 = greedy")
     p.add_argument("--lora-rank", type=int, default=0, help=">0: adapters on all seven projections")
+    p.add_argument("--any-backend", action="store_true",
+                   help="`merge` on any backend, not only a CPU off a mesh (to measure what an accelerator would gain)")
     args, rest = p.parse_known_args(argv)
     args.variants = args.variants.split(",")
     bad = [v for v in args.variants if v not in VARIANTS]
@@ -57,7 +60,11 @@ def main(argv=None):
 
     from tunix_lit.generate.sampler import Sampler
     from tunix_lit.models.transformer import create_model
+    from tunix_lit.generate import sampler as sampler_module
     from tunix_lit.rollout.sync import merged_decoder
+
+    if args.any_backend:  # lift chapter 14's CPU-only condition on the merge (and only on it) for this process
+        sampler_module.decode_model = lambda model, merge: model if merge is None else merge(model)
 
     model = create_model(bench.model_config(model_args), seed=model_args.seed)
     # as grpo_step.py does: with the default init almost all mass sits on one token, so every variant would
@@ -99,6 +106,7 @@ def main(argv=None):
                                                   for a, b in zip(outs[v].logprobs, outs[base].logprobs))))
     print(json.dumps(dict(bench="sampler_ab", base=base, batch=B, prompt_len=P, gen_len=G, calls=args.calls,
                           temperature=args.temperature, lora_rank=args.lora_rank, arch=model_args.arch,
+                          dtype=model_args.dtype, any_backend=args.any_backend,
                           variants=rows, machine=machine_info())))
 
 

@@ -105,7 +105,7 @@ def test_vanilla_decode_copies_option_reaches_the_sampler_and_changes_no_sample(
 
 def test_vanilla_lora_actor_decodes_from_merged_kernels(tiny_model, monkeypatch):
     """A LoRA actor's CPU decode loop runs chapter 41's merged model (traced once a compile), and its log-probs are
-    still log softmax(logits / T) of the adapted model's full forward pass (NumPy); a QLoRA actor keeps its adapters."""
+    still log softmax(logits / T) of the adapted model's full forward pass (NumPy); QLoRA and bf16 actors keep their adapters."""
     from tunix_lit.rollout import sync
     from tunix_lit.sft import lora
 
@@ -130,6 +130,9 @@ def test_vanilla_lora_actor_decodes_from_merged_kernels(tiny_model, monkeypatch)
     by_hand = nnx.merge(*nnx.split(actor))  # the same adapters without apply_lora's lora_config: scale unknown
     del by_hand.lora_config
     assert engines.make_engine("vanilla", by_hand, tok, **kw).sampler.decode_merge is None
+    graphdef, state = nnx.split(base)  # a bf16 base: W + ΔW in bf16 would round small updates away
+    half = lora.apply_lora(nnx.merge(graphdef, jax.tree.map(lambda x: x.astype(jnp.bfloat16), state)), rank=4, alpha=8.0)
+    assert engines._decode_merge(half) is None and engines._decode_merge(actor) is not None
 
 
 def test_vanilla_refuses_a_dtype_other_than_the_actors(tiny_model):

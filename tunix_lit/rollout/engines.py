@@ -166,12 +166,15 @@ class VanillaEngine:
 
 # %% ../../nbs/40_rollout_backends.ipynb #c6b34674
 def _decode_merge(actor: nnx.Module) -> Optional[Callable]:
-    """Chapter 41's `merged_decoder` for a LoRA actor over a float base (its CPU decode loop runs merged kernels); else None."""
+    """Chapter 41's `merged_decoder` for a LoRA actor over a float32 base (its CPU decode loop runs merged kernels); else None."""
     cfg = getattr(actor, "lora_config", None)  # set by chapter 61's apply_lora: the scale alpha / rank
     if not jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) or getattr(cfg, "scale", None) is None:
         return None  # no adapters, or adapters of unknown scale (qwix applied by hand): they stay in the loop
     if getattr(cfg, "quantize", None):
         return None  # a 4-/8-bit base, whose memory saving a float copy would undo
+    base = jax.tree.leaves(nnx.state(actor, nnx.Param))
+    if any(jax.dtypes.issubdtype(x.dtype, np.floating) and np.dtype(x.dtype).itemsize < 4 for x in base):
+        return None  # W + ΔW rounded to bf16 drops an update below W's resolution; beside W it survives
     from tunix_lit.rollout.sync import merged_decoder  # chapter 41's module imports this one: imported at the call
     return merged_decoder
 
