@@ -4,6 +4,7 @@
   python benchmarks/profile_thunks.py sft --steps 6
   python benchmarks/profile_thunks.py grpo --steps 4
   python benchmarks/profile_thunks.py sampler --batch 8 --upstream   # upstream Tunix's side, in its venv
+  python benchmarks/profile_thunks.py grpo --steps 6 --by-module     # per compiled program: decode, reference, update
 
 `sampler`, `sft` and `grpo` profile benchmarks/sampler.py, sft_step.py and grpo_step.py; with `--upstream`
 the same work through benchmarks/upstream_bench.py, in the venv compare_upstream.py builds (re-run there).
@@ -30,8 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
 
 
-def thunk_times(trace_dir: str):
-    """(per-name total ns, per-name count) of the XLA thunks in the profile under trace_dir."""
+def thunk_times(trace_dir: str, by_module: bool = False):
+    """(per-name total ns, per-name count) of the XLA thunks in the profile under trace_dir; names are
+    "program/thunk" with by_module (thunk names repeat across compiled programs, e.g. decode and update)."""
     import bisect
 
     from jax._src.lib import _profile_data  # jaxlib's reader for the xplane protobuf the profiler writes
@@ -53,6 +55,8 @@ def thunk_times(trace_dir: str):
                 i = bisect.bisect_right(starts, ev.start_ns) - 1
                 if i < 0 or ev.start_ns > spans[i][1]:
                     continue
+                if by_module:
+                    name = f"{dict(ev.stats).get('hlo_module', '?')}/{name}"
                 total[name] += ev.duration_ns
                 count[name] += 1
     return total, count
@@ -63,6 +67,8 @@ def main(argv=None):
     p.add_argument("bench", choices=["sampler", "sft", "grpo"])
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--upstream", action="store_true", help="profile upstream's side (upstream_bench.py) in its venv")
+    p.add_argument("--by-module", action="store_true",
+                   help="name thunks program/thunk and add each compiled program's total (ms_by_module)")
     add_max_isa_arg(p)
     args, rest = p.parse_known_args(argv)
     if args.upstream and os.environ.get("TUNIX_LIT_PROFILE_SIDE") != "upstream":
@@ -89,13 +95,17 @@ def main(argv=None):
         with contextlib.redirect_stdout(out):
             bench.main(bench_argv)
         jax.profiler.stop_trace()
-        total, count = thunk_times(d)
+        total, count = thunk_times(d, args.by_module)
+    thunk = lambda n: n.rsplit("/", 1)[-1]
     kind = lambda n: "ynn_matmul" if n.startswith("ynn") else ("eigen_dot" if re.match(r"dot(_general)?(\.\d+)?$", n) else "other")
-    by_kind = collections.Counter()
+    by_kind, by_module = collections.Counter(), collections.Counter()
     for name, ns in total.items():
-        by_kind[kind(name)] += ns
+        by_kind[kind(thunk(name))] += ns
+        if args.by_module:
+            by_module[name.rsplit("/", 1)[0]] += ns
     rec = dict(bench=f"profile_{args.bench}", side="upstream" if args.upstream else "ours", flags=rest,
                ms_by_kind={k: round(v / 1e6, 1) for k, v in by_kind.items()},
+               **({"ms_by_module": {k: round(v / 1e6, 1) for k, v in by_module.most_common()}} if args.by_module else {}),
                top=[dict(name=n, ms=round(ns / 1e6, 2), runs=count[n]) for n, ns in total.most_common(args.top)],
                bench_line=json.loads(out.getvalue().strip().splitlines()[-1]), machine=machine_info())
     print(json.dumps(rec))
