@@ -4,7 +4,7 @@ Takes the same flags as upstream's side (`benchmarks/upstream_bench.py sampler`)
 line with the same figure key, `tokens_per_s` (new tokens / median call time, tokenisation and detokenisation
 included, as upstream's is), so `benchmarks/compare_upstream.py sampler` can set the two side by side:
 
-  python benchmarks/sampler.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5 --arch qwen3 ...]
+  python benchmarks/sampler.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5 --min-time-s 2 --arch qwen3 ...]
 
 At batch 1 it also measures this machine's memory bandwidth (a
 jitted float32 sum over a 512 MB array) and reports the fraction of the bandwidth-bound decode ceiling
@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--min-time-s", type=float, default=2.0,
+                   help="and keep calling until the timed calls add up to this (a 70 ms call gets ~30 samples)")
     p.add_argument("--cache-size", type=int, default=0, help="buffer length; 0 = prompt_len + gen_len")
     p.add_argument("--eos", default="ignore", choices=["ignore", "forbid"],
                    help="both mean: no stop token (forbidden tokens are not implemented here)")
@@ -165,7 +167,7 @@ def main(argv=None):
 
     first_s, out0 = run()
     times, same = [], True
-    for _ in range(args.repeats):
+    while len(times) < args.repeats or (sum(times) < args.min_time_s and len(times) < 1000):
         s, out = run()
         times.append(s)
         same &= all((a == b).all() for a, b in zip(out.tokens, out0.tokens))

@@ -4,7 +4,7 @@ Runs in the virtual environment that `benchmarks/compare_upstream.py` builds (go
 pinned stack, never this repository's package). One JSON line per run, with the figure our
 benchmark prints under the same key:
 
-    python benchmarks/upstream_bench.py sampler [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
+    python benchmarks/upstream_bench.py sampler [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5 --min-time-s 2]
     python benchmarks/upstream_bench.py sft     [--batch 8 --seq-len 128 --steps 12 --lora-rank 0]
     python benchmarks/upstream_bench.py grpo    [--batch 8 --num-generations 4 --prompt-len 32 --gen-len 64 --steps 8]
 
@@ -115,7 +115,7 @@ def versions():
 
 
 def bench_sampler(args):
-    """Greedy generation of a batch: the median of `repeats` warm calls."""
+    """Greedy generation of a batch: the median of at least `repeats` warm calls lasting `min_time_s` in all."""
     from tunix.generate import sampler as sampler_lib
 
     model = build(args)
@@ -135,7 +135,9 @@ def bench_sampler(args):
 
     first_s, out = timed()
     new_tokens = sum(len(t) for t in out.tokens)
-    times = [timed()[0] for _ in range(args.repeats)]
+    times = []
+    while len(times) < args.repeats or (sum(times) < args.min_time_s and len(times) < 1000):  # as sampler.py
+        times.append(timed()[0])
     med = statistics.median(times)
     return dict(first_call_s=round(first_s, 4), repeat_s=[round(t, 4) for t in times], median_call_s=round(med, 4),
                 tokens_per_s=round(new_tokens / med, 1))
@@ -249,6 +251,7 @@ def main(argv=None):
     s.add_argument("--prompt-len", type=int, default=32)
     s.add_argument("--gen-len", type=int, default=64)
     s.add_argument("--repeats", type=int, default=5)
+    s.add_argument("--min-time-s", type=float, default=2.0, help="and keep calling until the timed calls add up to this")
     f = sub.add_parser("sft")
     f.add_argument("--batch", type=int, default=8)
     f.add_argument("--seq-len", type=int, default=128)

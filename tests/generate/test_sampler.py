@@ -122,6 +122,30 @@ def test_either_cpu_matmul_kernel_gives_the_full_recompute_tokens(tok, model, do
         assert list(got) == greedy_reference(model, prompt, 6)
 
 
+def test_one_row_decode_copies_add_the_down_kernels_as_d_by_f(tok, monkeypatch):
+    """One row on a CPU: the per-call copies add each layer's down kernel as [D, F] (several rows: not), and the
+    sampled tokens' log-probs still match a full forward pass."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the per-call copies are made for a CPU decode loop only")
+    model = make_model(tok, "tiny-qwen3", seed=3, tied=True)
+    real, per_layer = sampler_lib.decode_projections, []
+
+    def spy(model, batch=2):
+        fused = real(model, batch)
+        per_layer.append(len(fused[0]))
+        return fused
+    monkeypatch.setattr(sampler_lib, "decode_projections", spy)
+    lowest = 0.0
+    for prompts in ([PROMPTS[0]], PROMPTS[:2]):
+        out = Sampler(model, tok).generate([tok.encode(p) for p in prompts], max_new_tokens=6, temperature=0.9,
+                                           seed=4, stop_tokens=[])
+        for prompt, got, lp in zip(out.prompt_tokens, out.tokens, out.logprobs):
+            np.testing.assert_allclose(lp, full_logprobs(model, prompt, got, 0.9), atol=2e-4)
+            lowest = min(lowest, float(np.min(lp)))
+    assert per_layer == [3, 2]  # (q|k|v, gate|up, down as [D, F]) for one row; two kernels for two rows
+    assert lowest < -1.0  # a spread-out policy, so a wrong MLP output would show in the log-probs
+
+
 @pytest.mark.parametrize("family", ["tiny-gemma3", "tiny-qwen3"])
 def test_decode_copies_give_the_full_forward_log_probs_with_a_tied_head(tok, family, monkeypatch):
     """A tied head and several rows: the CPU decode's per-call copies (the table transposed, q|k|v and gate|up

@@ -79,11 +79,11 @@ def test_llama3_rope_scaling_matches_a_loop_over_frequencies():
         assert got[i] == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("fused", [False, True, "down_t"])
 @pytest.mark.parametrize("name", FAMILIES)
 def test_incremental_decoding_equals_full_forward(name, fused):
-    """Prefill 5 left-padded tokens, then decode one at a time (with concatenated projections or the modules'
-    own): every position matches a full pass."""
+    """Prefill 5 left-padded tokens, then decode one at a time (with concatenated projections, also with the down
+    kernel as [D, F], or the modules' own): every position matches a full pass."""
     cfg = tf.ModelConfig.from_name(name)
     model = tf.Transformer(cfg, rngs=nnx.Rngs(1))
     tokens, mask = _left_pad(_tokens(3, 12), [0, 2, 4])
@@ -95,7 +95,9 @@ def test_incremental_decoding_equals_full_forward(name, fused):
     key_mask = jnp.zeros((3, C), bool).at[:, :12].set(mask)
     out, cache = model(tokens[:, :5], positions[:, :5], cache, key_mask)
     steps = [out]
-    kw = {"fused": tf.concat_projections(model)} if fused else {}
+    kw = {"fused": tf.concat_projections(model, down_t=fused == "down_t")} if fused else {}
+    if fused == "down_t":
+        assert [f[2].shape for f in kw["fused"]] == [(cfg.embed_dim, cfg.hidden_dim)] * cfg.num_layers
     for t in range(5, 12):
         out, cache = model(tokens[:, t:t + 1], positions[:, t:t + 1], cache, key_mask, **kw)
         steps.append(out)

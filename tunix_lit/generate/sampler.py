@@ -193,7 +193,7 @@ def decode(graphdef, state, carry: DecodeState, limit, key, temperature, top_p, 
     outside = nnx.merge(graphdef, state)  # the copies below are made once a call, outside the loop
     if copies and (merged := decode_model(outside, merge)) is not outside:  # e.g. LoRA folded into the kernels
         outside, (graphdef, state) = merged, nnx.split(merged)
-    head_t, fused = (decode_head(outside, B), decode_projections(outside)) if copies else (None, None)
+    head_t, fused = (decode_head(outside, B), decode_projections(outside, B)) if copies else (None, None)
 
     def unfinished(c: DecodeState):
         return (c.step < limit) & ~jnp.all(c.done)
@@ -235,11 +235,11 @@ def decode_model(model: nnx.Module, merge: Optional[Callable]) -> nnx.Module:
     return merge(model) if merge is not None and _cpu_off_mesh() else model
 
 
-def decode_projections(model: tfm.Transformer) -> Optional[tuple]:
-    """Chapter 10's concatenated q|k|v and gate|up kernels for a CPU decode loop off a mesh, made once a call; else None."""
+def decode_projections(model: tfm.Transformer, batch: int = 2) -> Optional[tuple]:
+    """Chapter 10's concatenated q|k|v and gate|up kernels (one row: and [D, F] down kernels) for a CPU decode loop off a mesh, made once a call; else None."""
     if not _cpu_off_mesh():
         return None
-    fused = tfm.concat_projections(model)  # None for a LoRA or quantised model
+    fused = tfm.concat_projections(model, down_t=batch == 1)  # None for a LoRA or quantised model
     return None if fused is None else jax.lax.optimization_barrier(fused)
 
 

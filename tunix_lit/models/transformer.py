@@ -371,7 +371,7 @@ class MLP(nnx.Module):
         self.gate_proj, self.up_proj, self.down_proj = lin(D, F, ("embed", "mlp")), lin(D, F, ("embed", "mlp")), lin(F, D, ("mlp", "embed"))
         self.activation = nnx.static(cfg.activation)
 
-    def __call__(self, x, gate_up=None):
+    def __call__(self, x, gate_up=None, down_t=None):
         # as one [B·T, D] matrix: XLA:CPU computes the weight gradient of a 2-D matmul about 3x faster
         lead = x.shape[:-1]
         x = x.reshape(-1, x.shape[-1])
@@ -380,7 +380,11 @@ class MLP(nnx.Module):
         else:  # both kernels side by side, one product (concat_projections)
             gate, up = jnp.split(x.astype(gate_up.dtype) @ gate_up, 2, axis=-1)
         gate = jax.nn.silu(gate) if self.activation == "silu" else jax.nn.gelu(gate, approximate=True)
-        return self.down_proj(gate * up).reshape(*lead, -1)
+        if down_t is None:
+            return self.down_proj(gate * up).reshape(*lead, -1)
+        # the down kernel stored [D, F] (concat_projections(..., down_t=True)): contract both on F
+        h = (gate * up).astype(down_t.dtype)
+        return jax.lax.dot_general(h, down_t, (((1,), (1,)), ((), ()))).reshape(*lead, -1)
 
 
 class Block(nnx.Module):
@@ -397,10 +401,10 @@ class Block(nnx.Module):
         self.sandwich = nnx.static(cfg.sandwich_norm)
 
     def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False, fused=None):
-        qkv, gate_up = fused if fused is not None else (None, None)  # this layer's concat_projections
+        qkv, gate_up, down_t = (*fused, None)[:3] if fused is not None else (None, None, None)  # concat_projections
         h, kv = self.attn(self.pre_attn_norm(x), positions, mask, kv, index, append_last, qkv)
         x = x + (self.post_attn_norm(h) if self.sandwich else h)
-        h = self.mlp(self.pre_mlp_norm(x), gate_up)
+        h = self.mlp(self.pre_mlp_norm(x), gate_up, down_t)
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
         return shard(x, ("batch", "seq", "act_embed")), kv
 
@@ -519,18 +523,19 @@ def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, sof
     return out, (write_slots(cache_k, k, index), write_slots(cache_v, v, index))
 
 # %% ../../nbs/10_model.ipynb #3c1218c4
-def concat_projections(model: "Transformer") -> Optional[tuple]:
-    """Per layer (q|k|v kernel [D, (N+2K)·H], gate|up kernel [D, 2F]) in the compute dtype; None when qwix rewrote one."""
+def concat_projections(model: "Transformer", down_t: bool = False) -> Optional[tuple]:
+    """Per layer (q|k|v kernel [D, (N+2K)·H], gate|up kernel [D, 2F][, down kernel as [D, F]]) in the compute dtype; None when qwix rewrote one."""
     dtype = jnp.dtype(model.config.dtype)
     flat = lambda m: m.kernel[...].reshape(m.kernel.shape[0], -1).astype(dtype)  # [D, heads·H] or [D, F]
     out = []
     for block in model.layers:
         a, m = block.attn, block.mlp
-        projections = (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)
+        projections = (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj) + ((m.down_proj,) if down_t else ())
         if any(len(jax.tree.leaves(nnx.state(p))) != 1 for p in projections):  # LoRA or quantised: not one kernel
             return None
         out.append((jnp.concatenate([flat(a.q_proj), flat(a.k_proj), flat(a.v_proj)], axis=1),
-                    jnp.concatenate([flat(m.gate_proj), flat(m.up_proj)], axis=1)))
+                    jnp.concatenate([flat(m.gate_proj), flat(m.up_proj)], axis=1))
+                   + ((flat(m.down_proj).T,) if down_t else ()))
     return tuple(out)
 
 
