@@ -130,7 +130,7 @@ def test_one_row_decode_copies_add_the_down_kernels_as_d_by_f(tok, monkeypatch):
     model = make_model(tok, "tiny-qwen3", seed=3, tied=True)
     real, per_layer = sampler_lib.decode_projections, []
 
-    def spy(model, batch=2):
+    def spy(model, batch):
         fused = real(model, batch)
         per_layer.append(len(fused[0]))
         return fused

@@ -235,7 +235,7 @@ def decode_model(model: nnx.Module, merge: Optional[Callable]) -> nnx.Module:
     return merge(model) if merge is not None and _cpu_off_mesh() else model
 
 
-def decode_projections(model: tfm.Transformer, batch: int = 2) -> Optional[tuple]:
+def decode_projections(model: tfm.Transformer, batch: int) -> Optional[tuple]:
     """Chapter 10's concatenated q|k|v and gate|up kernels (one row: and [D, F] down kernels) for a CPU decode loop off a mesh, made once a call; else None."""
     if not _cpu_off_mesh():
         return None
