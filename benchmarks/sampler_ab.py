@@ -58,11 +58,11 @@ def main(argv=None):
     import numpy as np
     from flax import nnx
 
-    from tunix_lit.generate.sampler import Sampler
-    from tunix_lit.models.transformer import create_model
     from tunix_lit.generate import sampler as sampler_module
+    from tunix_lit.models.transformer import create_model
     from tunix_lit.rollout.sync import merged_decoder
 
+    Sampler = sampler_module.Sampler
     if args.any_backend:  # lift chapter 14's CPU-only condition on the merge (and only on it) for this process
         sampler_module.decode_model = lambda model, merge: model if merge is None else merge(model)
 
