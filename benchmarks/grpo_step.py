@@ -150,6 +150,7 @@ def main(argv=None):
                optimizer_updates=learner.trainer.step, trainable_params_changed=bool(changed),
                train_step_compiles=learner.trainer._train_step._cache_size(),
                sampler_traces=dict(cluster.rollout.traces),
+               decode_compiler_options=runtime.decode_compiler_options(jax.default_backend()),
                import_s=round(import_s, 3), build_s=round(build_s, 3), cluster_and_learner_init_s=round(init_s, 3),
                first_step_s=round(steps[0], 4) if steps else None, step_s=[round(x, 4) for x in steps],
                median_step_s=round(statistics.median(rest), 4) if rest else None,
