@@ -110,27 +110,48 @@ def test_asking_starts_no_backend_and_a_started_one_answers():
 IN_PLACE = {"xla_cpu_copy_insertion_use_region_analysis": True}  # every CPU: caches updated in place
 
 
-@pytest.mark.parametrize("flags,want", [
-    ({"avx2", "fma"}, {**IN_PLACE, "xla_cpu_experimental_ynn_fusion_type": ""}),  # AVX2 only: Eigen's dots
-    ({"avx2", "fma", "avx512f"}, IN_PLACE),  # AVX-512: XLA's default dots
-    ({"asimd"}, IN_PLACE),  # not x86
-    (set(), IN_PLACE),  # unreadable: the dots stay XLA's
+EIGEN = {**IN_PLACE, "xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@pytest.mark.parametrize("cpu,want", [
+    (rt.CpuId("AuthenticAMD", 23, 1, frozenset({"avx2", "fma"})), EIGEN),  # Zen 1 (machine C): measured faster
+    (rt.CpuId("AuthenticAMD", 23, 8, frozenset({"avx2", "fma"})), EIGEN),  # Zen+: the same core design
+    (rt.CpuId("AuthenticAMD", 23, 0x31, frozenset({"avx2", "fma"})), IN_PLACE),  # Zen 2: full-width FPU, unmeasured
+    (rt.CpuId("AuthenticAMD", 175, 1, frozenset({"avx2", "fma"})), IN_PLACE),  # machine H: AVX2 only, not Zen 1
+    (rt.CpuId("GenuineIntel", 6, 60, frozenset({"avx2", "fma"})), IN_PLACE),  # an AVX2-only Intel core
+    (rt.CpuId("AuthenticAMD", 25, 17, frozenset({"avx2", "avx512f"})), IN_PLACE),  # Zen 4 (machine A)
+    (rt.CpuId(flags=frozenset({"asimd"})), IN_PLACE),  # not x86
+    (rt.CpuId(), IN_PLACE),  # unreadable: the dots stay XLA's
 ])
-def test_decode_kernels_follow_the_cpu(monkeypatch, flags, want):
+def test_decode_kernels_follow_the_cpu(monkeypatch, cpu, want):
     monkeypatch.delenv("TUNIX_LIT_DECODE_DOTS", raising=False)
-    assert rt.decode_compiler_options("cpu", frozenset(flags)) == want
-    assert rt.decode_compiler_options("tpu", frozenset(flags)) is None  # never on an accelerator
-    assert rt.decode_compiler_options("gpu", frozenset(flags)) is None
+    assert rt.decode_compiler_options("cpu", cpu) == want
+    assert rt.decode_compiler_options("tpu", cpu) is None  # never on an accelerator
+    assert rt.decode_compiler_options("gpu", cpu) is None
 
 
 def test_decode_kernels_override_and_its_check(monkeypatch):
+    zen4 = rt.CpuId("AuthenticAMD", 25, 17, frozenset({"avx512f", "avx2"}))
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eigen")
-    assert rt.decode_compiler_options("cpu", frozenset({"avx512f", "avx2"})) == {**IN_PLACE, "xla_cpu_experimental_ynn_fusion_type": ""}
+    assert rt.decode_compiler_options("cpu", zen4) == EIGEN
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "YNNPACK")
-    assert rt.decode_compiler_options("cpu", frozenset({"avx2"})) == IN_PLACE
+    assert rt.decode_compiler_options("cpu", rt.CpuId("AuthenticAMD", 23, 1, frozenset({"avx2"}))) == IN_PLACE
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", "eign")
     with pytest.raises(ValueError, match="eign"):
         rt.decode_compiler_options("cpu")
+
+
+def test_cpu_id_parses_proc_cpuinfo(tmp_path, monkeypatch):
+    text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\n"
+            "model name\t: AMD EPYC 7551\nflags\t\t: fpu sse2 avx2 fma\n\n"
+            "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\nflags\t\t: avx512f\n\n")
+    real_open = open
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(text)
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
+    cpu = rt.cpu_id()
+    assert cpu == rt.CpuId("AuthenticAMD", 23, 1, frozenset({"fpu", "sse2", "avx2", "fma"}))  # the first core only
+    assert rt.eigen_dots_measured_faster(cpu)
 
 
 def test_cpu_flags_read_this_machine():
