@@ -6,11 +6,13 @@ variant's gain is the median of its per-round time ratios against the first vari
 
   python benchmarks/sampler_ab.py --batch 32 --calls 20 --variants copies,no-copies
   python benchmarks/sampler_ab.py --batch 32 --calls 12 --lora-rank 8 --variants merge,no-merge
+  python benchmarks/sampler_ab.py --batch 8 --calls 16 --variants ynnpack,eigen
 
 Variants: `copies` (the default `Sampler`: chapter 14's per-call copies), `no-copies` (`decode_copies=False`),
 and with `--lora-rank` > 0 (rank-r adapters on all seven projections, B drawn at random so they matter)
 `merge` (`decode_merge` = chapter 41's `merged_decoder`, what the vanilla engine passes for a LoRA actor) and
-`no-merge` (the adapters' products inside the loop); the merge is made on a CPU off a mesh only, as the sampler
+`no-merge` (the adapters' products inside the loop); `ynnpack` and `eigen` (the default `Sampler` compiled with
+`TUNIX_LIT_DECODE_DOTS` set that way, chapter 15's override of its per-CPU kernel rule); the merge is made on a CPU off a mesh only, as the sampler
 does, unless `--any-backend` lifts that condition to measure it on an accelerator. The model flags are `sampler.py`'s. Prints one JSON line:
 per variant tokens/s (median call), the paired median gain with its middle half, whether every sampled row
 equals the first variant's, and the largest log-prob difference; then the machine.
@@ -28,7 +30,7 @@ import sampler as bench  # noqa: E402  (the model flags, the random decoder and 
 from machine import machine_info  # noqa: E402
 from sft_step import LORA_TARGETS  # noqa: E402  (all seven projections, as the SFT and GRPO benchmarks use)
 
-VARIANTS = ("copies", "no-copies", "merge", "no-merge")
+VARIANTS = ("copies", "no-copies", "merge", "no-merge", "ynnpack", "eigen")
 
 
 def parse_args(argv=None):
@@ -82,7 +84,18 @@ def main(argv=None):
     prompts = [" ".join(str(int(t)) for t in row) for row in bench.prompt_ids(B, P, model_args.vocab_size, 1)]
     options = {"copies": {}, "no-copies": dict(decode_copies=False),
                "merge": dict(decode_merge=merged_decoder), "no-merge": {}}
-    samplers = {v: Sampler(model, bench.IntTokenizer(), max_len=P + G, **options[v]) for v in args.variants}
+
+    def build(v):
+        if v not in ("ynnpack", "eigen"):
+            return Sampler(model, bench.IntTokenizer(), max_len=P + G, **options[v])
+        before = os.environ.get("TUNIX_LIT_DECODE_DOTS")
+        os.environ["TUNIX_LIT_DECODE_DOTS"] = v  # read once, when the Sampler picks its compiler options
+        try:
+            return Sampler(model, bench.IntTokenizer(), max_len=P + G)
+        finally:
+            os.environ.pop("TUNIX_LIT_DECODE_DOTS") if before is None else os.environ.update(TUNIX_LIT_DECODE_DOTS=before)
+
+    samplers = {v: build(v) for v in args.variants}
     kw = dict(max_new_tokens=G, max_prompt_length=P, stop_tokens=[-1], temperature=args.temperature, seed=3)
     outs = {v: s(prompts, **kw) for v, s in samplers.items()}  # compiles
     times = {v: [] for v in samplers}
@@ -99,6 +112,7 @@ def main(argv=None):
         quart = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
         rows[v] = dict(tokens_per_s=round(n / statistics.median(times[v]), 1),
                        median_call_s=round(statistics.median(times[v]), 4),
+                       compiler_options=samplers[v].compiler_options,
                        gain_vs_base=round(statistics.median(ratios) - 1, 4),
                        gain_middle_half=[round(quart[0] - 1, 4), round(quart[2] - 1, 4)],
                        rows_same_as_base=all(np.array_equal(a, b) for a, b in zip(outs[v].tokens, outs[base].tokens)),
