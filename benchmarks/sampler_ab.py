@@ -12,8 +12,9 @@ Variants: `copies` (the default `Sampler`: chapter 14's per-call copies), `no-co
 and with `--lora-rank` > 0 (rank-r adapters on all seven projections, B drawn at random so they matter)
 `merge` (`decode_merge` = chapter 41's `merged_decoder`, what the vanilla engine passes for a LoRA actor) and
 `no-merge` (the adapters' products inside the loop); `ynnpack` and `eigen` (the default `Sampler` compiled with
-`TUNIX_LIT_DECODE_DOTS` set that way, chapter 15's override of its per-CPU kernel rule); the merge is made on a CPU off a mesh only, as the sampler
-does, unless `--any-backend` lifts that condition to measure it on an accelerator. The model flags are `sampler.py`'s. Prints one JSON line:
+`TUNIX_LIT_DECODE_DOTS` set that way, chapter 15's override of its per-CPU kernel rule). The merge is made on a
+CPU off a mesh only, as the sampler does, unless `--any-backend` lifts that condition to measure it on an
+accelerator. The model flags are `sampler.py`'s. Prints one JSON line:
 per variant tokens/s (median call), the paired median gain with its middle half, whether every sampled row
 equals the first variant's, and the largest log-prob difference; then the machine.
 """
@@ -24,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sampler as bench  # noqa: E402  (the model flags, the random decoder and the prompts of sampler.py)
@@ -88,12 +90,8 @@ def main(argv=None):
     def build(v):
         if v not in ("ynnpack", "eigen"):
             return Sampler(model, bench.IntTokenizer(), max_len=P + G, **options[v])
-        before = os.environ.get("TUNIX_LIT_DECODE_DOTS")
-        os.environ["TUNIX_LIT_DECODE_DOTS"] = v  # read once, when the Sampler picks its compiler options
-        try:
+        with mock.patch.dict(os.environ, TUNIX_LIT_DECODE_DOTS=v):  # read when the Sampler picks its options
             return Sampler(model, bench.IntTokenizer(), max_len=P + G)
-        finally:
-            os.environ.pop("TUNIX_LIT_DECODE_DOTS") if before is None else os.environ.update(TUNIX_LIT_DECODE_DOTS=before)
 
     samplers = {v: build(v) for v in args.variants}
     kw = dict(max_new_tokens=G, max_prompt_length=P, stop_tokens=[-1], temperature=args.temperature, seed=3)
