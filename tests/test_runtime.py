@@ -141,17 +141,16 @@ def test_decode_kernels_override_and_its_check(monkeypatch):
         rt.decode_compiler_options("cpu")
 
 
-def test_cpu_id_parses_proc_cpuinfo(tmp_path, monkeypatch):
+def test_cpu_id_parses_proc_cpuinfo(tmp_path):
     text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\n"
             "model name\t: AMD EPYC 7551\nflags\t\t: fpu sse2 avx2 fma\n\n"
             "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\nflags\t\t: avx512f\n\n")
-    real_open = open
     fake = tmp_path / "cpuinfo"
     fake.write_text(text)
-    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
-    cpu = rt.cpu_id()
+    cpu = rt.cpu_id(str(fake))
     assert cpu == rt.CpuId("AuthenticAMD", 23, 1, frozenset({"fpu", "sse2", "avx2", "fma"}))  # the first core only
     assert rt.eigen_dots_measured_faster(cpu)
+    assert rt.cpu_id(str(tmp_path / "missing")) == rt.CpuId()  # unreadable: nothing known
 
 
 def test_cpu_id_reads_this_machine():

@@ -105,11 +105,11 @@ class CpuId(NamedTuple):
     flags: frozenset = frozenset()  # 'avx2', 'avx512f', ...
 
 
-def cpu_id() -> CpuId:
-    """This CPU as Linux's /proc/cpuinfo describes its first core; CpuId() where unreadable."""
+def cpu_id(path: str = "/proc/cpuinfo") -> CpuId:
+    """This CPU as Linux's /proc/cpuinfo (or a file in its format) describes its first core; CpuId() where unreadable."""
     fields = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
                 if not line.strip():
                     break  # the first core's block is enough
