@@ -1,0 +1,148 @@
+"""Figures in prose come from results: every marked figure equals its source, and no result is typed unmarked.
+
+A figure that README.md, CONTRIBUTING.md, chapters/*.md or a notebook's markdown quotes from a
+result stored elsewhere is wrapped in `<!--fig:NAME-->...<!--/fig-->`, and `figures.yaml` says
+where NAME's value lives (a stored notebook output, a run record in `recipes/runs/`, a text file).
+Here every marker of every one of those files is re-rendered from its source and compared with
+the text, and the run records are checked against the recipe files they were made from.
+Nothing is executed: notebooks are read as stored (a second or two for the whole book).
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _tool("figures")
+record_runs = _tool("record_runs")
+FILES = figures.prose_files(ROOT)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.relative_to(ROOT).as_posix() for p in FILES])
+def test_every_marked_figure_equals_its_source(path):
+    problems = figures.check(ROOT, [path])
+    assert not problems, "\n".join(problems)
+
+
+def test_the_book_is_covered():
+    names = {p.relative_to(ROOT).as_posix() for p in FILES}
+    assert {"README.md", "CONTRIBUTING.md"} <= names
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").glob("*.md")} <= names
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "nbs").glob("*.ipynb")} <= names
+
+
+def test_every_registered_figure_resolves():
+    registry = figures.load_registry(ROOT)
+    assert registry, "figures.yaml registers no figure"
+    for name, entry in registry.items():
+        figures.render(entry, name, ROOT)  # raises, naming the figure, when its source lost it
+
+
+def test_every_marker_names_a_registered_figure_and_is_used():
+    registry, used = figures.load_registry(ROOT), set()
+    for path in FILES:
+        for _, text in figures.prose_blocks(path):
+            used |= {m.group(1) for m in figures.MARKER.finditer(text)}
+    assert used <= set(registry), f"markers name unregistered figures: {sorted(used - set(registry))}"
+    assert set(registry) <= used, f"registered but quoted nowhere: {sorted(set(registry) - used)}"
+
+
+RECORDS = sorted((ROOT / "recipes" / "runs").glob("*.json"))
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[p.stem for p in RECORDS])
+def test_a_stored_run_matches_its_recipe_files(record):
+    rec = json.loads(record.read_text())
+    now = record_runs.recipe_hashes(record.stem)
+    assert rec["recipe_sha256"] == now, (f"{record.name} was run from other recipe files than today's "
+                                         f"{sorted(now)}; run `python tools/record_runs.py {record.stem}`")
+    s = rec["summary"]
+    assert s["heldout_accuracy_after"] > s["heldout_accuracy_before"], f"{record.stem}'s stored run got worse"
+
+
+# --- the checker itself: it must fail on a changed number, and on a changed source
+
+
+def _book(tmp_path, prose: str, output: str):
+    """A one-notebook book whose prose quotes a value that one stored cell output prints."""
+    (tmp_path / "nbs").mkdir()
+    (tmp_path / "chapters").mkdir()
+    nb = {"cells": [{"cell_type": "code", "id": "c1", "source": "summary", "metadata": {}, "execution_count": 1,
+                     "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                                  "data": {"text/plain": output}}]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nbs" / "00_x.ipynb").write_text(json.dumps(nb))
+    (tmp_path / "figures.yaml").write_text(
+        "x.after: {source: nbs/00_x.ipynb, cell: c1, key: 'figure.after', show: '{v*100:.1f}'}\n"
+        "x.steps: {source: nbs/00_x.ipynb, match: 'steps.: (\\d+)', show: '{v}'}\n")
+    (tmp_path / "README.md").write_text(prose)
+    return tmp_path
+
+
+GOOD = "from 41.0 % to <!--fig:x.after-->75.8<!--/fig--> % in <!--fig:x.steps-->400<!--/fig--> steps"
+OUTPUT = "{'steps': 400, 'figure': {'before': 0.41015625, 'after': 0.7578125}}"
+
+
+def test_the_checker_passes_a_figure_that_agrees(tmp_path):
+    assert figures.check(_book(tmp_path, GOOD, OUTPUT)) == []
+
+
+def test_the_checker_fails_on_a_typed_number_that_differs(tmp_path):
+    problems = figures.check(_book(tmp_path, GOOD.replace("75.8", "78.1"), OUTPUT))
+    assert len(problems) == 1 and "'78.1'" in problems[0] and "'75.8'" in problems[0]
+
+
+def test_the_checker_fails_when_the_stored_result_changes(tmp_path):
+    problems = figures.check(_book(tmp_path, GOOD, OUTPUT.replace("0.7578125", "0.78125").replace("400", "300")))
+    assert len(problems) == 2 and "'78.1'" in problems[0] and "'300'" in problems[1]
+
+
+def test_the_checker_fails_on_an_unregistered_name(tmp_path):
+    problems = figures.check(_book(tmp_path, GOOD + " <!--fig:x.typo-->1<!--/fig-->", OUTPUT))
+    assert problems and "x.typo" in problems[0]
+
+
+def test_write_re_renders_from_the_source(tmp_path):
+    root = _book(tmp_path, GOOD.replace("75.8", "78.1"), OUTPUT)
+    assert figures.write(root) == [root / "README.md"]
+    assert (root / "README.md").read_text() == GOOD and figures.check(root) == []
+
+
+def test_a_before_after_pair_typed_outside_a_marker_is_found(tmp_path):
+    root = _book(tmp_path, "it went 41.0 % → 78.1 %, and " + GOOD + "; `0.1 -> 0.2` is code", OUTPUT)
+    found = figures.unmarked_claims(root / "README.md")
+    assert [f.split(": ", 1)[1] for f in found] == ["41.0 % → 78.1"]
+
+
+# Prose files still holding typed before -> after results, with how many. New prose must mark its
+# figures (or, in a notebook, render them from the cell's values), so a count may only fall.
+UNMARKED_CLAIMS_LEFT = {
+    "chapters/00_run_it_first.md": 17,
+    "chapters/14_sampler.md": 1,
+    "chapters/40_rollout_backends.md": 2,
+    "chapters/50_agentic.md": 8,
+    "nbs/00_run_it_first.ipynb": 2,
+    "nbs/10_model.ipynb": 1,
+    "nbs/13b_tiny_world.ipynb": 1,
+    "nbs/14_sampler.ipynb": 2,
+    "nbs/53_agentic_learner.ipynb": 1,
+}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.relative_to(ROOT).as_posix() for p in FILES])
+def test_no_new_typed_before_after_results(path):
+    found = figures.unmarked_claims(path)
+    allowed = UNMARKED_CLAIMS_LEFT.get(path.relative_to(ROOT).as_posix(), 0)
+    assert len(found) <= allowed, ("typed before -> after figures; mark them (figures.yaml) or render them from "
+                                   "the cell's values:\n" + "\n".join(found))
