@@ -168,7 +168,7 @@ def value_of(entry: dict, name: str = "?", root: Path = ROOT):
 def render(entry: dict, name: str = "?", root: Path = ROOT) -> str:
     """What the prose must read for this figure: its `show` f-string applied to its current value."""
     v = value_of(entry, name, root)
-    return eval("f" + repr(entry["show"]), {"__builtins__": {"abs": abs, "round": round, "len": len}}, {"v": v})
+    return eval("f" + repr(entry["show"]), {"__builtins__": {"abs": abs, "round": round, "len": len, "min": min, "max": max, "int": int, "float": float}}, {"v": v})
 
 
 def check(root: Path = ROOT, files=None) -> list:
@@ -251,7 +251,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, entry in load_registry().items():
-            print(f"{name:40s} {render(entry, name)!r:>14}  from {entry['source']}")
+            try:
+                shown = repr(render(entry, name))
+            except (KeyError, ValueError) as err:
+                shown = f"(unresolved: {err})"
+            print(f"{name:40s} {shown:>14}  from {entry['source']}")
         return 0
     if args.write:
         for path in write():
