@@ -135,7 +135,7 @@ UNMARKED_CLAIMS_LEFT = {
     "nbs/00_run_it_first.ipynb": 2,
     "nbs/10_model.ipynb": 1,
     "nbs/13b_tiny_world.ipynb": 1,
-    "nbs/14_sampler.ipynb": 2,
+    "nbs/14_sampler.ipynb": 1,
     "nbs/53_agentic_learner.ipynb": 1,
 }
 
