@@ -4,8 +4,8 @@
 
 Each recipe runs as `tunix-lit train recipes/NAME.yaml` in a fresh process and a scratch run directory;
 its `summary.json` is stored as `recipes/runs/NAME.json` with the SHA-256 of the recipe file and of
-every `base:` file it extends, the date and the machine. `curve.png` is kept beside it as
-`recipes/runs/NAME.png`. Figures in README.md, chapters/*.md and notebook prose that quote a
+every `base:` file it extends, the date and the machine. Its `curve.png` becomes
+`chapters/images/NAME_curve.png` (where the book's pages and the site find figures). Figures in README.md, chapters/*.md and notebook prose that quote a
 recipe's result name these files in `figures.yaml`; `tests/test_prose_figures.py` checks that each
 stored record still matches its recipe files, so an edited recipe asks for a new run.
 """
@@ -52,7 +52,7 @@ def record(name: str) -> dict:
         summary = json.loads((Path(tmp) / "summary.json").read_text())
         RUNS.mkdir(parents=True, exist_ok=True)
         if (Path(tmp) / "curve.png").exists():
-            shutil.copy(Path(tmp) / "curve.png", RUNS / f"{name}.png")
+            shutil.copy(Path(tmp) / "curve.png", ROOT / "chapters" / "images" / f"{name}_curve.png")
     rec = {"recipe": f"recipes/{name}.yaml", "recipe_sha256": recipe_hashes(name),
            "executed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()}",
