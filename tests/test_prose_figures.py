@@ -2,7 +2,7 @@
 
 A figure that README.md, CONTRIBUTING.md, chapters/*.md or a notebook's markdown quotes from a
 result stored elsewhere is wrapped in `<!--fig:NAME-->...<!--/fig-->`, and `figures.yaml` says
-where NAME's value lives (a stored notebook output, a run record in `recipes/runs/`, a text file).
+where NAME's value lives (a stored notebook output, a run record in `recipes/results/`, a text file).
 Here every marker of every one of those files is re-rendered from its source and compared with
 the text, and the run records are checked against the recipe files they were made from.
 Nothing is executed: notebooks are read as stored (a second or two for the whole book).
@@ -58,7 +58,7 @@ def test_every_marker_names_a_registered_figure_and_is_used():
     assert set(registry) <= used, f"registered but quoted nowhere: {sorted(set(registry) - used)}"
 
 
-RECORDS = sorted((ROOT / "recipes" / "runs").glob("*.json"))
+RECORDS = sorted((ROOT / "recipes" / "results").glob("*.json"))
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[p.stem for p in RECORDS])

@@ -3,7 +3,7 @@
     python tools/record_runs.py sft_tiny grpo_tiny ...   # each recipes/NAME.yaml, one after the other
 
 Each recipe runs as `tunix-lit train recipes/NAME.yaml` in a fresh process and a scratch run directory;
-its `summary.json` is stored as `recipes/runs/NAME.json` with the SHA-256 of the recipe file and of
+its `summary.json` is stored as `recipes/results/NAME.json` with the SHA-256 of the recipe file and of
 every `base:` file it extends, the date and the machine. Its `curve.png` becomes
 `chapters/images/NAME_curve.png` (where the book's pages and the site find figures). Figures in README.md, chapters/*.md and notebook prose that quote a
 recipe's result name these files in `figures.yaml`; `tests/test_prose_figures.py` checks that each
@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "recipes" / "runs"
+RUNS = ROOT / "recipes" / "results"
 
 
 def recipe_files(name: str) -> list:
