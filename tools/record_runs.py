@@ -3,8 +3,8 @@
     python tools/record_runs.py sft_tiny grpo_tiny ...   # each recipes/NAME.yaml, one after the other
 
 Each recipe runs as `tunix-lit train recipes/NAME.yaml` in a fresh process and a scratch run directory;
-its `summary.json` is stored as `recipes/results/NAME.json` with the SHA-256 of the recipe file and of
-every `base:` file it extends, the date and the machine. Its `curve.png` becomes
+its `summary.json` is stored as `recipes/results/NAME.json` with a SHA-256 of the recipe file's content and
+of every `base:` file it extends (comments aside), the date and the machine. Its `curve.png` becomes
 `chapters/images/NAME_curve.png` (where the book's pages and the site find figures). Figures in README.md, chapters/*.md and notebook prose that quote a
 recipe's result name these files in `figures.yaml`; `tests/test_prose_figures.py` checks that each
 stored record still matches its recipe files, so an edited recipe asks for a new run.
@@ -39,8 +39,9 @@ def recipe_files(name: str) -> list:
 
 
 def recipe_hashes(name: str) -> dict:
-    """{file: SHA-256 of its bytes} for the recipe and its `base:` chain: what a stored run was made from."""
-    return {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in recipe_files(name)}
+    """{file: SHA-256 of its parsed content} for the recipe and its `base:` chain (comments do not count)."""
+    canonical = lambda f: json.dumps(yaml.safe_load((ROOT / f).read_text()), sort_keys=True).encode()
+    return {f: hashlib.sha256(canonical(f)).hexdigest() for f in recipe_files(name)}
 
 
 def record(name: str) -> dict:
