@@ -258,7 +258,10 @@ def test_agentic_dry_run_lists_every_object_with_tools_and_episode_settings_and_
     assert "max_concurrency=4" in built["agentic"]
     assert "4-digit 12 tasks" in built["datasets"] and "2-digit 12 tasks" in built["datasets"]
     assert built["cluster"].splitlines()[0] == launch.extras["cluster"].explain().splitlines()[0]
-    assert "8 tasks a step × 8 episodes, 60 steps" in built["learner"]
+    import yaml
+
+    steps = yaml.safe_load((RECIPES / "agentic_calc_tiny.yaml").read_text())["training"]["max_steps"]
+    assert f"8 tasks a step × 8 episodes, {steps} steps" in built["learner"]
     assert "none yet: starts at step 0" in built["checkpoints"]
     assert launch.trainer.step == 0 and not (tmp_path / "a" / "summary.json").exists()
     assert out.getvalue().rstrip().endswith("dry run: 14 objects built, no step taken")

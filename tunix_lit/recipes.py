@@ -867,8 +867,9 @@ def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Lau
     launch.add("tools", f"{type(env).__name__} with {tools}; parser {type(env.parser).__name__}, "
                         f"reward {getattr(env.reward_fn, '__name__', env.reward_fn)}")
     task = cfg["task"]
-    launch.add("datasets", f"train: endless {task['digits']}-digit sums (blocks of 1,000, seeds {task['train_seed']}"
-                           f"+block); held-out: " + ", ".join(f"{k} {len(v):,} tasks" for k, v in held.items()))
+    launch.add("datasets", f"train: endless {task['digits']}-digit sums, {task['easy_fraction']:.0%} of them "
+                           f"{task['easy_digits']}-digit (blocks of 1,000, seeds {task['train_seed']}+block; no held-out "
+                           f"sum); held-out: " + ", ".join(f"{k} {len(v):,} tasks" for k, v in held.items()))
     launch.add("rewards", "the environment's score of each episode (exact match); the reward list holds only "
                           f"{agentic.environment_reward.__name__}, never called")
     opt = cfg["optimizer"]

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['CALCULATOR_DEFAULTS', 'agent_report', 'calculator_trajectory', 'sft_batch', 'calculator_asset_dir', 'load_calculator',
-           'trajectory_batch', 'AgenticConfig', 'environment_reward', 'AgenticGRPOLearner', 'calculator_config',
-           'calculator_setup', 'run_calculator_job']
+           'trajectory_batch', 'AgenticConfig', 'environment_reward', 'AgenticGRPOLearner', 'calculator_tasks',
+           'calculator_config', 'calculator_setup', 'run_calculator_job']
 
 # %% ../../nbs/53_agentic_learner.ipynb #09528271
 # Follows the warm-start practice of agentic RL recipes (verl's and TRL's multi-turn SFT: train on
@@ -157,6 +157,7 @@ class AgenticGRPOLearner(GRPOLearner):
         self.agentic, self.make_env = agentic, make_env
         self.lock, self.version, self._gate = SyncLock(), 0, threading.Condition()
         self._stop_feed, self.orchestrator = threading.Event(), None
+        self.last_eval: Optional[tuple] = None  # (global step, metrics) of the latest evaluate
         super().__init__(cluster, optimizer, config, algo, reward_fns=[environment_reward])
         episode = dataclasses.replace(agentic.episode, temperature=cluster.rollout_config.temperature)
         self.collector = TrajectoryCollector(cluster.rollout, cluster.tokenizer, episode,
@@ -274,21 +275,38 @@ def evaluate(self: AgenticGRPOLearner, dataset, **_) -> dict:
         metrics.update({f"{name}/{key}": v for key, v in r.items() if key != "endings"})
         metrics.update({f"{name}/endings/{s}": float(n) for s, n in r["endings"].items()})
     self.metrics.write(self.step, metrics, mode="eval")
+    self.last_eval = (self.step, metrics)
     return metrics
+
+# %% ../../nbs/53_agentic_learner.ipynb #a1e5f002
+def calculator_tasks(digits: int = 4, easy_digits: int = 2, easy_fraction: float = 0.25, seed: int = 1000,
+                     exclude: Sequence[dict] = ()):
+    """Endless training sums, a fixed sequence: `digits`-digit, a share `easy_fraction` `easy_digits`-digit, none in `exclude`."""
+    if isinstance(easy_fraction, bool) or not 0 <= easy_fraction <= 1:
+        raise ValueError(f"task.easy_fraction must be a number in [0, 1]; got {easy_fraction!r}")
+    held_out = {t["prompt"] for t in exclude}
+    for block in itertools.count():  # blocks of 1,000, each with its own seed: a resumed run skips into the same sequence
+        hard, easy = sum_tasks(1000, digits, seed=seed + block), sum_tasks(1000, easy_digits, seed=seed + block)
+        pick_easy = np.random.default_rng(seed + block).random(1000) < easy_fraction
+        for h, e, choose in zip(hard, easy, pick_easy):
+            task = e if choose else h
+            if task["prompt"] not in held_out:
+                yield task
 
 # %% ../../nbs/53_agentic_learner.ipynb #7e336553
 CALCULATOR_DEFAULTS = {
     "algorithm": "agentic_grpo",
     "model": "agentic_calc",  # the shipped warm-started asset, or a directory saved by tiny.save
     "run_dir": None,  # None = runs/agentic_calc_tiny
-    "task": {"digits": 4, "heldout_size": 100, "heldout_seed": 99, "train_seed": 1000, "easy_digits": 2},
-    "optimizer": {"name": "adam", "learning_rate": 1e-3},
+    "task": {"digits": 4, "heldout_size": 100, "heldout_seed": 99, "train_seed": 1000, "easy_digits": 2,
+             "easy_fraction": 0.25},  # a share of easy training sums keeps what the warm start knew
+    "optimizer": {"name": "adam", "learning_rate": 3e-4},
     "rollout": {"max_new_tokens": 16, "max_prompt_length": 48, "temperature": 1.0, "seed": 0,
                 "engine": "vanilla"},  # a name in tunix_lit.rollout.engines.ENGINES: vanilla, hf, vllm, sglang_jax
     "episode": {"max_response_tokens": 32, "max_context": 64, "max_steps": 3, "timeout_s": 60.0},
     "agentic": {"prompt_length": 16, "max_concurrency": 8, "max_groups_ahead": 16, "max_off_policy_steps": 0,
                 "filter_overlong": True},
-    "training": {"batch_size": 8, "max_steps": 60, "eval_every_n_steps": 15, "save_every_n_steps": 30},
+    "training": {"batch_size": 8, "max_steps": 45, "eval_every_n_steps": 15, "save_every_n_steps": 30},
     "grpo": {"num_generations": 8, "beta": 0.0, "num_iterations": 1, "epsilon": 0.2},
 }
 
@@ -341,8 +359,8 @@ def calculator_setup(cfg: dict, progress_bar: bool):
             f"{t['easy_digits']}-digit": sum_tasks(t["heldout_size"], t["easy_digits"], seed=t["heldout_seed"])}
 
     def stream():  # fresh sums forever, a fixed sequence (a resumed run skips into the same one)
-        for block in itertools.count():
-            yield from sum_tasks(1000, t["digits"], seed=t["train_seed"] + block)
+        return calculator_tasks(t["digits"], t["easy_digits"], t["easy_fraction"], seed=t["train_seed"],
+                                exclude=[task for tasks in held.values() for task in tasks])
     return learner, held, stream
 
 # %% ../../nbs/53_agentic_learner.ipynb #8e69ff02
@@ -354,7 +372,7 @@ def _agent_figures(m: dict, hard: str, easy: str) -> dict:
             "endings": {k.split("/")[-1]: v for k, v in m.items() if k.startswith(f"{hard}/endings/")}}
 
 
-def _plot(learner, hard: str, path: Path) -> None:
+def _plot(learner, hard: str, easy: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -363,9 +381,10 @@ def _plot(learner, hard: str, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
     left.plot(*learner.metrics.history("rewards/mean"), lw=0.9)
     left.set(xlabel="step", ylabel="train rewards/mean", title="agentic_grpo: train rewards/mean")
-    for name, style in (("exact_match", "o-"), ("operand_copy", "s--"), ("answer_copies_result", "^:")):
-        right.plot(*learner.metrics.history(f"{hard}/{name}", "eval"), style, label=name)
-    right.set(xlabel="step", ylabel=f"held-out {hard} (greedy)", ylim=(0, 1.02), title="held-out episodes")
+    for name, style in ((f"{hard}/exact_match", "o-"), (f"{hard}/operand_copy", "s--"),
+                        (f"{hard}/answer_copies_result", "^:"), (f"{easy}/exact_match", "d-")):
+        right.plot(*learner.metrics.history(name, "eval"), style, label=name)
+    right.set(xlabel="step", ylabel="held-out (greedy)", ylim=(0, 1.02), title="held-out episodes")
     right.legend(fontsize=7)
     for ax in (left, right):
         ax.grid(alpha=0.3)
@@ -395,20 +414,24 @@ def run_calculator_job(config: Optional[dict] = None, *, progress_bar: bool = Tr
     else:
         before = learner.evaluate(held)
         before_file.write_text(json.dumps(before))
-    print(f"held-out {hard} exact match before: {before[f'{hard}/exact_match']:.1%}"
-          + (f"; resuming at step {learner.step}" if resumed else ""), file=out)
+    print(f"held-out exact match before: {hard} {before[f'{hard}/exact_match']:.1%}, {easy} "
+          f"{before[f'{easy}/exact_match']:.1%}" + (f"; resuming at step {learner.step}" if resumed else ""), file=out)
     t_train = time.perf_counter()
     result = learner.train(stream(), eval_dataset=held)
     train_s = time.perf_counter() - t_train
-    after = learner.evaluate(held)
-    _plot(learner, hard, run_dir / "curve.png")
+    final = learner.last_eval  # the loop's own evaluation at the last step, when it made one: written once
+    after = final[1] if final and final[0] == result.step else learner.evaluate(held)
+    _plot(learner, hard, easy, run_dir / "curve.png")
     _, rewards = learner.metrics.history("rewards/mean")
     learner.close()
     acc_before, acc_after = before[f"{hard}/exact_match"], after[f"{hard}/exact_match"]
+    easy_before, easy_after = before[f"{easy}/exact_match"], after[f"{easy}/exact_match"]
     summary = {"algorithm": "agentic_grpo", "model": cfg["model"], "lora": None, "steps": result.step,
                "stop_reason": result.stop_reason, "heldout_accuracy_before": acc_before,
                "heldout_accuracy_after": acc_after, "heldout_accuracy_gain": acc_after - acc_before,
-               "heldout_size": len(held[hard]),
+               "heldout_size": len(held[hard]), "heldout_set": hard, "heldout_easy_set": easy,
+               "heldout_easy_accuracy_before": easy_before, "heldout_easy_accuracy_after": easy_after,
+               "heldout_easy_accuracy_gain": easy_after - easy_before,
                "figure": {"name": "train reward (mean of first/last 5 steps)",
                           "before": float(np.mean(rewards[:5])) if rewards else None,
                           "after": float(np.mean(rewards[-5:])) if rewards else None},
@@ -418,6 +441,6 @@ def run_calculator_job(config: Optional[dict] = None, *, progress_bar: bool = Tr
                "wall_seconds_this_run": round(time.perf_counter() - t_start, 1),
                "last_train_metrics": result.metrics}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    print(f"held-out {hard} exact match after {result.step} steps: {acc_after:.1%} ({acc_after - acc_before:+.1%}); "
-          f"run directory {run_dir}", file=out)
+    print(f"held-out exact match after {result.step} steps: {hard} {acc_after:.1%} ({acc_after - acc_before:+.1%}), "
+          f"{easy} {easy_after:.1%} ({easy_after - easy_before:+.1%}); run directory {run_dir}", file=out)
     return summary
