@@ -130,11 +130,9 @@ def test_a_before_after_pair_typed_outside_a_marker_is_found(tmp_path):
 UNMARKED_CLAIMS_LEFT = {
     "chapters/00_run_it_first.md": 17,
     "chapters/40_rollout_backends.md": 2,
-    "chapters/50_agentic.md": 8,
     "nbs/00_run_it_first.ipynb": 2,
     "nbs/13b_tiny_world.ipynb": 1,
     "nbs/14_sampler.ipynb": 1,
-    "nbs/53_agentic_learner.ipynb": 1,
 }
 
 
