@@ -5,7 +5,7 @@ result stored elsewhere is wrapped in `<!--fig:NAME-->...<!--/fig-->`, and `figu
 where NAME's value lives (a stored notebook output, a run record in `recipes/results/`, a text file).
 Here every marker of every one of those files is re-rendered from its source and compared with
 the text, and the run records are checked against the recipe files they were made from.
-Nothing is executed: notebooks are read as stored (a second or two for the whole book).
+Nothing is executed: notebooks are read as stored (seconds for the whole book).
 """
 
 import importlib.util
