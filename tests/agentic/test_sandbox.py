@@ -15,6 +15,7 @@ import pytest
 from tunix_lit.agentic import tools as T
 
 CI = os.environ.get("CI") == "true"
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
 LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb=16, processes=16)
 SECRET = "hf_tunix_lit_SECRET_TOKEN"
 MARKER = "tunix-lit-caller-marker"
