@@ -288,7 +288,7 @@ def test_no_bubblewrap_and_no_namespaces_fails_closed(monkeypatch, tmp_path):
     assert not marker.exists()
 
 
-def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path):
+def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path, monkeypatch):
     """An interpreter under /usr adds nothing; one elsewhere (pyenv in a home) adds its own tree, not the home."""
     assert "/usr" in T._visible("/usr/bin/python3") and not any(p.startswith("/home") for p in T._visible("/usr/bin/python3"))
     tree = tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7"
@@ -297,3 +297,6 @@ def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path):
     python.write_text("")
     shown = T._visible(str(python))
     assert str(tree) in shown and str(tmp_path / "home" / "alice") not in shown
+    monkeypatch.setenv("HOME", str(tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7" / "bin"))
+    with pytest.raises(T.SandboxUnavailable, match="holds the home"):  # a tree that holds the home is refused
+        T._visible(str(python))

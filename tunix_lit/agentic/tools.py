@@ -311,6 +311,10 @@ def _visible(python: str) -> list:
                                          and not os.path.islink(d)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
     if not any(prefix == d or prefix.startswith(d + "/") for d in shown):
+        home = os.path.realpath(os.path.expanduser("~"))
+        if prefix == "/" or home == prefix or home.startswith(prefix + "/"):
+            raise SandboxUnavailable(f"the interpreter {python} is installed in {prefix}, which holds the home "
+                                     f"{home}: showing it would show the home; use a Python installed elsewhere")
         shown.append(prefix)  # an interpreter outside /usr (pyenv, conda): its own tree, nothing beside it
     return shown
 
