@@ -20,7 +20,7 @@ TRAIN = [sys.executable, "-c", "import sys; from tunix_lit.cli import main; sys.
 # 8 GRPO steps of 8 prompts x 4 completions, a checkpoint every 3, 16 held-out rows
 ARGS = [str(ROOT / "recipes" / "grpo_tiny.yaml"), "training.batch_size=8", "grpo.num_generations=4",
         "task.heldout_size=16", "eval.batch_size=16", "training.eval_every_n_steps=100", "training.max_steps=8",
-        "training.save_every_n_steps=3", "training.log_every_n_steps=1"]
+        "training.save_every_n_steps=3"]
 
 
 def _train_steps(run_dir: Path) -> list:
