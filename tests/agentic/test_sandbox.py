@@ -16,7 +16,7 @@ from tunix_lit.agentic import tools as T
 
 CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
-LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb=16, processes=16)
+LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb=16, processes=16, output_chars=10**6)
 SECRET = "hf_tunix_lit_SECRET_TOKEN"
 MARKER = "tunix-lit-caller-marker"
 
@@ -174,7 +174,8 @@ def _run_caller(identity: str, backend: str) -> tuple:
             prefix, python, owner, kw = [], sys.executable, me, {}
     lab = _make_lab(owner)
     job = {"tools": lab["tools"], "secret": lab["secret"], "backend": backend, "probes": probes(lab),
-           "limits": {f: getattr(LIMITS, f) for f in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes")}}
+           "limits": {f: getattr(LIMITS, f) for f in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes",
+                                                       "output_chars")}}
     env = {"HOME": lab["home"], "PATH": "/usr/bin:/bin", "TUNIX_LIT_CALLER_SECRET": SECRET}
     proc = subprocess.run(prefix + [python, "-I", "-c", CALLER, lab["tools"], MARKER], input=json.dumps(job),
                           capture_output=True, text=True, env=env, cwd=lab["root"], timeout=300, **kw)
