@@ -38,11 +38,16 @@ server.bind(("127.0.0.1", 0))
 server.listen(8)
 socket.create_connection(("127.0.0.1", server.getsockname()[1]), timeout=2).close()  # reachable from here
 server.accept()[0].close()
-values = {"@VICTIM@": str(victim.pid), "@CALLER@": str(os.getpid()), "@PORT@": str(server.getsockname()[1])}
+import ctypes, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(platform.machine(), (None, None))
+libc = ctypes.CDLL(None, use_errno=True)  # a secret in the caller's session keyring, which children inherit
+key = libc.syscall(ADD_KEY, b"user", b"tunix_lit_probe", job["secret_text"].encode(), len(job["secret_text"]),
+                   ctypes.c_int(-3)) if ADD_KEY else -1
+values = {"@KEYCTL@": str(KEYCTL), "@VICTIM@": str(victim.pid), "@CALLER@": str(os.getpid()), "@PORT@": str(server.getsockname()[1])}
 limits = T.SandboxLimits(**job["limits"])
 as_sandbox = dict(user=65534, group=65534, extra_groups=[]) if os.getuid() == 0 else {}  # who runs the code
 control = subprocess.run(["cat", job["secret"]], capture_output=True, text=True, **as_sandbox).stdout
-out = {"uid": os.getuid(), "control_read": control, "probes": {}}
+out = {"uid": os.getuid(), "control_read": control, "probes": {}, "key_added": key > 0}
 for name, code in job["probes"].items():
     for k, v in values.items():
         code = code.replace(k, v)
@@ -93,6 +98,10 @@ def probes(lab: dict) -> dict:
                 "            with open(os.path.join(d, f'fill{n}'), 'wb') as f:\n                f.write(b'x' * 2**20)\n"
                 "            n += 1\n    except OSError as e:\n        return n, type(e).__name__\n"
                 "print({d: fill(d) for d in ('/tmp', os.path.expanduser('~'), '/dev/shm', '/', '/dev', '/usr')})",
+        "keyring": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(256)\n"
+                   "found = libc.syscall(@KEYCTL@, 10, ctypes.c_int(-3), b'user', b'tunix_lit_probe', 0)\n"
+                   "print(found, libc.syscall(@KEYCTL@, 11, found, buf, 256), buf.value)\n"  # SEARCH, READ
+                   "print(open('/proc/keys').read())",
         "nested_namespace": TRY + "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                                   "print(libc.unshare(0x10000000), libc.unshare(0x00020000))",  # CLONE_NEWUSER, CLONE_NEWNS
         "network": TRY + "import socket\n"
@@ -173,7 +182,7 @@ def _run_caller(identity: str, backend: str) -> tuple:
         else:
             prefix, python, owner, kw = [], sys.executable, me, {}
     lab = _make_lab(owner)
-    job = {"tools": lab["tools"], "secret": lab["secret"], "backend": backend, "probes": probes(lab),
+    job = {"tools": lab["tools"], "secret": lab["secret"], "secret_text": SECRET, "backend": backend, "probes": probes(lab),
            "limits": {f: getattr(LIMITS, f) for f in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes",
                                                        "output_chars")}}
     env = {"HOME": lab["home"], "PATH": "/usr/bin:/bin", "TUNIX_LIT_CALLER_SECRET": SECRET}
@@ -260,6 +269,15 @@ def test_disk_fill_stops_at_each_tmpfs_size(attacked):
     for d in ("/", "/dev", "/usr"):
         assert filled[d] == (0, "OSError"), (d, filled[d])  # read-only
     assert "File too large" in big_line
+
+
+def test_cannot_reach_the_callers_session_keyring(attacked):
+    """The caller put the secret in its session keyring (which a child inherits); the program gets a new one."""
+    report, _ = attacked
+    r = report["probes"]["keyring"]
+    assert report["key_added"] or not CI  # the control: the key is there to be stolen (where keyrings exist)
+    assert SECRET not in r["stdout"] + r["stderr"] and "tunix_lit_probe" not in r["stdout"]
+    assert r["stdout"].split()[:2] == ["-1", "-1"]  # neither found nor read
 
 
 def test_cannot_make_a_namespace_of_its_own(attacked):

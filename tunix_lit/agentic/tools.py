@@ -292,8 +292,13 @@ _NOBODY = 65534
 SANDBOX_HOME = "/home/sandbox"
 # Runs inside the finished sandbox, before the model's code: the limits, then "ok" on the ready pipe.
 _LAUNCHER = r"""
-import os, resource, sys
-ready, cpu, mem, fsize, nproc = (int(v) for v in sys.argv[1:6])
+import ctypes, errno, os, resource, sys
+ready, cpu, mem, fsize, nproc, keyctl = (int(v) for v in sys.argv[1:7])
+libc = ctypes.CDLL(None, use_errno=True)
+# KEYCTL_JOIN_SESSION_KEYRING: a new, empty session keyring, not the caller's (a kernel or seccomp that
+# refuses keyctl outright refuses it to the program too)
+if libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):
+    sys.stderr.write("MARK: no keyring of its own (errno %d)\n" % ctypes.get_errno()); os._exit(111)
 try:
     for r, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_FSIZE, fsize),
                  (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
@@ -319,11 +324,17 @@ def _visible(python: str) -> list:
     return shown
 
 
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219}  # the keyctl syscall's number
+
+
 def _launch_args(python: str, ready_fd: int, limits: SandboxLimits) -> list:
-    """The interpreter running the launcher, with the ready pipe and the limits in bytes."""
+    """The interpreter running the launcher, with the ready pipe, the limits in bytes and keyctl's number."""
     mb = 1 << 20
+    machine = os.uname().machine
+    if machine not in _KEYCTL:
+        raise SandboxUnavailable(f"no keyctl syscall number known for {machine}; known: {', '.join(_KEYCTL)}")
     return [python, "-I", "-S", "-c", _LAUNCHER, str(ready_fd), str(limits.cpu_s), str(limits.memory_mb * mb),
-            str(limits.file_mb * mb), str(limits.processes)]
+            str(limits.file_mb * mb), str(limits.processes), str(_KEYCTL[machine])]
 
 
 @functools.lru_cache(maxsize=4)
@@ -344,7 +355,7 @@ def _bwrap_command(bwrap: str, python: str, code_fd: int, ready_fd: int, limits:
     for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+    args += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", SANDBOX_HOME,
              "--file", str(code_fd), "/tmp/main.py", "--remount-ro", "/", "--chdir", "/tmp"]
     return args + _launch_args(python, ready_fd, limits)
@@ -390,6 +401,7 @@ for link, target in spec["links"].items():
 for d in ("/proc", "/dev", "/dev/shm", "/tmp", spec["home"]):
     os.makedirs(root + d, exist_ok=True)
 mount("proc", root + "/proc", "proc", NOSUID | NODEV | 8)  # 8: MS_NOEXEC
+mount("/dev/null", root + "/proc/keys", None, BIND)  # the names of the user's keys: not its business
 for dev in ("null", "zero", "full", "random", "urandom"):
     open(root + "/dev/" + dev, "w").close()
     mount("/dev/" + dev, root + "/dev/" + dev, None, BIND)
