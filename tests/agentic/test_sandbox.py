@@ -319,3 +319,55 @@ def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7" / "bin"))
     with pytest.raises(T.SandboxUnavailable, match="holds the home"):  # a tree that holds the home is refused
         T._visible(str(python))
+
+
+HOME_CALLER = r'''
+import importlib.util, json, sys, types
+sys.modules.setdefault("numpy", types.SimpleNamespace(ndarray=object))  # the system Python may lack it
+spec = importlib.util.spec_from_file_location("tools_copy", sys.argv[1])
+T = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(T)
+home = sys.argv[2]
+code = ("import os\nprint(sorted(os.listdir(%r)))\n" % home
+        + "".join("try:\n    print(open(%r, %r).read())\nexcept OSError as e:\n    print(type(e).__name__)\n" % (p, m)
+                  for p, m in ((home + "/.hf_token", "r"), (home + "/pwned", "w"), (home + "/.pyenv/pwned", "w"))))
+print(json.dumps({"view": T._visible(T.sandbox_python()),
+                  "runs": {b: T.run_code(code, backend=b).stdout.splitlines() for b in T.BACKENDS}}))
+'''
+
+
+def test_an_interpreter_in_the_users_home_shows_itself_and_nothing_else_of_the_home():
+    """The laptop case: Python installed in the user's home (as pyenv does). Its tree is shown, read-only;
+    the token beside it is not, and nothing in the home can be written."""
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    system = os.path.realpath("/usr/bin/python3")
+    if not os.path.exists(system):
+        _unavailable("no /usr/bin/python3 to install into a home")
+    home = tempfile.mkdtemp(prefix="tunix_lit_home_", dir="/var/tmp")  # not under /tmp, which the sandbox replaces
+    try:
+        os.makedirs(os.path.join(home, ".pyenv", "bin"))
+        python = os.path.join(home, ".pyenv", "bin", "python3")
+        shutil.copy(system, python)  # finds its standard library under /usr, as it was built to
+        with open(os.path.join(home, ".hf_token"), "w") as f:
+            f.write(SECRET)
+        tools = os.path.join(home, "tools.py")
+        shutil.copy(T.__file__, tools)
+        uid, kw = os.getuid(), {}
+        if uid == 0:
+            uid = _free_uid()
+            kw = dict(user=uid, group=uid, extra_groups=[])
+            for dirpath, _, files in os.walk(home):
+                for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
+                    os.chown(p, uid, uid)
+        os.chmod(home, 0o700)
+        proc = subprocess.run([python, "-I", "-c", HOME_CALLER, tools, home], capture_output=True, text=True,
+                              env={"HOME": home, "PATH": "/usr/bin:/bin"}, cwd=home, timeout=120, **kw)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout)
+        assert os.path.join(home, ".pyenv") in report["view"] and home not in report["view"]
+        for backend, lines in report["runs"].items():
+            assert lines == ["['.pyenv']", "FileNotFoundError", "OSError", "OSError"], backend  # OSError: read-only
+        assert not [f for _, _, files in os.walk(home) for f in files if f == "pwned"]
+    finally:
+        shutil.rmtree(home)
