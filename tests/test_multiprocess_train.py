@@ -3,10 +3,10 @@
 The two-process job is started by `tunix_lit.distributed.launch_local` (the launcher the book shows); the
 one-process run is `tunix_lit.cli.main` here, where conftest gives 8 devices. Both runs write metrics.jsonl;
 the tests compare them step by step, check that only one process wrote, and resume each run directory in the
-other process count. Every test here is `slow` (a whole recipe as a job, 2-3 minutes of CPU together):
-the default run covers the launcher, the data split, a gathered metric, an orbax round trip, one writer and
-a killed process in tests/test_distributed.py; `python -m pytest -m slow tests/test_multiprocess_train.py`
-runs these.
+other process count. One short GRPO run in both process counts is in the default run; the rest is `slow`
+(a whole recipe as a job, 2-3 minutes of CPU together): the default run also covers the launcher, the data
+split, a gathered metric, an orbax round trip, one writer and a killed process in tests/test_distributed.py;
+`python -m pytest -m slow tests/test_multiprocess_train.py` runs the rest.
 """
 import json
 import os
@@ -32,8 +32,7 @@ GRPO = [str(ROOT / "recipes" / "grpo_tiny.yaml"), *MESH, "training.batch_size=8"
 LORA = [str(ROOT / "recipes" / "lora_tiny.yaml"), *MESH, "training.batch_size=16", "task.heldout_size=32",
         "eval.batch_size=32", "training.log_every_n_steps=1", "training.save_every_n_steps=2"]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(jax.device_count() != 8, reason="the one-process side needs 8 devices (conftest)")]
+pytestmark = pytest.mark.skipif(jax.device_count() != 8, reason="the one-process side needs 8 devices (conftest)")
 
 
 def _two_processes(args, run_dir, timeout_s=300):
@@ -67,6 +66,22 @@ def assert_same_metrics(a_dir, b_dir, rtol=1e-4):
                                    err_msg=f"step {x['step']} ({x['mode']})")
 
 
+def test_two_processes_equal_one_on_a_short_grpo_run(tmp_path):
+    """In the default run: one GRPO step as 2 processes x 4 devices logs and summarises what 1 x 8 does."""
+    args = GRPO + ["training.max_steps=1", "task.heldout_size=16", "eval.batch_size=16"]
+    results = _two_processes(args, tmp_path / "two")
+    _one_process(args, tmp_path / "one")
+    assert [r["step"] for r in _rows(tmp_path / "two") if r["mode"] == "train"] == [1]  # one writer: once
+    assert "held-out accuracy after 1 steps" in results[0].output and "held-out accuracy" not in results[1].output
+    assert_same_metrics(tmp_path / "two", tmp_path / "one")
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("two", "one"))
+    assert a["steps"] == b["steps"] == 1
+    for key in ("heldout_accuracy_before", "heldout_accuracy_after"):
+        assert abs(a[key] - b[key]) <= 0.01, key  # the same greedy answers
+    np.testing.assert_allclose([a["figure"]["before"], a["figure"]["after"]],
+                               [b["figure"]["before"], b["figure"]["after"]], rtol=1e-4, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def grpo_runs(tmp_path_factory):
     """Two steps of GRPO as 2 processes (dir `two`) and as 1 process (dir `one`)."""
@@ -76,6 +91,7 @@ def grpo_runs(tmp_path_factory):
     return tmp, results
 
 
+@pytest.mark.slow
 def test_two_processes_log_the_same_grpo_metrics_as_one(grpo_runs):
     tmp, _ = grpo_runs
     rows = _rows(tmp / "two")
@@ -86,6 +102,7 @@ def test_two_processes_log_the_same_grpo_metrics_as_one(grpo_runs):
     assert abs(a["heldout_accuracy_after"] - b["heldout_accuracy_after"]) <= 0.01
 
 
+@pytest.mark.slow
 def test_only_process_zero_reports_and_writes(grpo_runs):
     tmp, results = grpo_runs
     assert "held-out accuracy after 2 steps" in results[0].output
@@ -95,6 +112,7 @@ def test_only_process_zero_reports_and_writes(grpo_runs):
     assert {"summary.json", "curve.png", "before.json", "config.yaml"} <= {p.name for p in (tmp / "two").iterdir()}
 
 
+@pytest.mark.slow
 def test_a_two_process_checkpoint_resumes_in_one_process(grpo_runs):
     tmp, _ = grpo_runs
     meta = json.loads((tmp / "two" / "checkpoints" / "2" / "meta" / "metadata").read_text())

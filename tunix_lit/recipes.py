@@ -6,7 +6,8 @@
 __all__ = ['FAMILIES', 'ALGORITHMS', 'ENV_PREFIX', 'LORA_DEFAULTS', 'FREE_KEYS', 'SECTION_OWNERS', 'FIGURES', 'default_recipe',
            'check_keys', 'cli_layer', 'env_layer', 'file_layers', 'Recipe', 'resolve_recipe', 'Launch', 'build_mesh',
            'load_model', 'build_data', 'build_rewards', 'make_optimizer', 'encode_sft', 'batches', 'greedy_accuracy',
-           'build_rl', 'build_peft', 'build', 'evaluate', 'plot_curve', 'run_recipe', 'build_agentic', 'dry_run']
+           'build_rl', 'build_peft', 'build', 'evaluate', 'logged_history', 'plot_curve', 'run_recipe', 'build_agentic',
+           'dry_run']
 
 # %% ../nbs/71_recipes.ipynb #47e4bfbf
 # Recipes: a YAML file -> a resolved config (OmegaConf merges the layers; we keep, per leaf, which layer set
@@ -723,10 +724,28 @@ def evaluate(launch: Launch) -> dict:
     return out
 
 
-def _first_last(trainer, name: str, n: int = 5) -> Optional[tuple[float, float]]:
+def logged_history(run_dir, name: str, mode: str = "train") -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric over a whole run, from its metrics.jsonl: a step logged again after a resume counts once."""
+    by_step = {}
+    path = Path(run_dir) / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut short when the run was killed
+            continue
+        if row.get("mode") == mode and row.get(name) is not None:
+            by_step[int(row["step"])] = float(row[name])
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def _first_last(trainer, name: str, n: int = 5, run_dir=None) -> Optional[tuple[float, float]]:
+    """Mean of the first and of the last `n` logged values: over the whole run when `run_dir` holds its log."""
     import numpy as np
 
-    _, values = trainer.metrics.history(name)
+    _, values = logged_history(run_dir, name) if run_dir is not None else ([], [])
+    if not values:  # no log file (a process that does not write): what this process saw
+        _, values = trainer.metrics.history(name)
     return (float(np.mean(values[:n])), float(np.mean(values[-n:]))) if values else None
 
 # %% ../nbs/71_recipes.ipynb #a2234ea0
@@ -801,16 +820,17 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     after = evaluate(launch)
     if writer:
         plot_curve(launch, before, after, run_dir / "curve.png")
+    trainer.close()  # flushes metrics.jsonl, which the figures below read: a resumed run's log holds the whole run
+    log = run_dir if writer else None
     key, label = FIGURES[r.family]
     if r.family in ("rl", "distill"):
-        pair = _first_last(trainer, key)
+        pair = _first_last(trainer, key, run_dir=log)
         figure = {"name": label, "before": pair and pair[0], "after": pair and pair[1]}
     else:
         figure = {"name": label, "before": before.get("figure"), "after": after["figure"]}
     if r["algorithm"] == "ppo":
-        pair = _first_last(trainer, "critic/loss")
+        pair = _first_last(trainer, "critic/loss", run_dir=log)
         figure["critic_value_loss"] = {"first": pair and pair[0], "last": pair and pair[1]}
-    trainer.close()
     gain = None if before.get("accuracy") is None else after["accuracy"] - before["accuracy"]
     summary = {"algorithm": r["algorithm"], "model": r["model"], "lora": r["lora"], "steps": result.step,
                "stop_reason": result.stop_reason, "heldout_accuracy_before": before.get("accuracy"),

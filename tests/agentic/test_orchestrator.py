@@ -68,7 +68,7 @@ def test_a_waiting_writer_bars_new_readers():
 
 
 def test_readers_share_and_writers_exclude():
-    lock, inside, peak, writers = SyncLock(), [0], [0], [0]
+    lock, inside, peak, writers, seen_by_writers = SyncLock(), [0], [0], [0], []
     guard = threading.Lock()
 
     def reader():
@@ -84,7 +84,7 @@ def test_readers_share_and_writers_exclude():
         with lock.writing():
             with guard:
                 writers[0] += 1
-                assert inside[0] == 0 and writers[0] == 1
+                seen_by_writers.append((inside[0], writers[0]))  # checked in the main thread, where a failure counts
             time.sleep(0.01)
             with guard:
                 writers[0] -= 1
@@ -94,6 +94,8 @@ def test_readers_share_and_writers_exclude():
         t.start()
     for t in threads:
         t.join(5)
+    assert not any(t.is_alive() for t in threads)
+    assert seen_by_writers == [(0, 1)] * 3  # each writer was alone: no reader, no other writer
     assert peak[0] >= 2  # readers were inside together
 
 

@@ -233,6 +233,7 @@ class MetricsLog:
                 self._tb.add_scalar(f"{mode}/{name}", value, int(step))
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": int(step), "mode": mode, **row}) + "\n")
+            self._jsonl.flush()  # on disk at once: a killed run's log still holds every step it logged
 
     def history(self, name: str, mode: str = "train") -> tuple[list[int], list[float]]:
         """(steps, values) of one metric, in the order written."""

@@ -1,0 +1,373 @@
+"""Hostile programs against the code sandbox: run as root and as an ordinary user, through bubblewrap and
+through our own namespaces. Every target is left open by the host's permissions (a world-readable token,
+world-writable directories), so only the sandbox stands between the program and it."""
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tunix_lit.agentic import tools as T
+
+CI = os.environ.get("CI") == "true"
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
+LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb=16, processes=16, output_chars=10**6)
+SECRET = "hf_tunix_lit_SECRET_TOKEN"
+MARKER = "tunix-lit-caller-marker"
+
+# The caller: runs as the identity under test, loads tools.py from a copy (numpy, which tools.py needs only
+# for trajectories, is stubbed where that Python lacks it), sets up the victims and runs every probe.
+CALLER = r'''
+import importlib.util, json, os, socket, subprocess, sys, types
+try:
+    import numpy
+except ImportError:
+    sys.modules["numpy"] = types.SimpleNamespace(ndarray=object)
+spec = importlib.util.spec_from_file_location("tools_copy", sys.argv[1])
+T = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(T)
+job = json.load(sys.stdin)
+victim = subprocess.Popen(["sleep", "120"])
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(8)
+socket.create_connection(("127.0.0.1", server.getsockname()[1]), timeout=2).close()  # reachable from here
+server.accept()[0].close()
+import ctypes, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(platform.machine(), (None, None))
+libc = ctypes.CDLL(None, use_errno=True)  # a secret in the caller's session keyring, which children inherit
+key = libc.syscall(ADD_KEY, b"user", b"tunix_lit_probe", job["secret_text"].encode(), len(job["secret_text"]),
+                   ctypes.c_int(-3)) if ADD_KEY else -1
+values = {"@KEYCTL@": str(KEYCTL), "@VICTIM@": str(victim.pid), "@CALLER@": str(os.getpid()), "@PORT@": str(server.getsockname()[1])}
+limits = T.SandboxLimits(**job["limits"])
+as_sandbox = dict(user=65534, group=65534, extra_groups=[]) if os.getuid() == 0 else {}  # who runs the code
+control = subprocess.run(["cat", job["secret"]], capture_output=True, text=True, **as_sandbox).stdout
+out = {"uid": os.getuid(), "control_read": control, "probes": {}, "key_added": key > 0}
+for name, code in job["probes"].items():
+    for k, v in values.items():
+        code = code.replace(k, v)
+    r = T.run_code(code, limits, backend=job["backend"])
+    out["probes"][name] = {"stdout": r.stdout, "stderr": r.stderr, "returncode": r.returncode, "timed_out": r.timed_out}
+server.settimeout(0.3)
+try:
+    server.accept()
+    out["connection_arrived"] = True
+except socket.timeout:
+    out["connection_arrived"] = False
+out["victim_alive"] = victim.poll() is None
+victim.kill()
+out["alive_after"] = T.run_code("print('alive')", limits, backend=job["backend"]).stdout
+print(json.dumps(out))
+'''
+
+TRY = "def attempt(f):\n    try:\n        return f()\n    except BaseException as e:\n        return type(e).__name__\n"
+
+
+def probes(lab: dict) -> dict:
+    """Each hostile program; @NAME@ marks values only the caller knows (its PID, its victim's, its port)."""
+    targets = [lab["home"], lab["ckpt"], lab["pkg"], os.path.dirname(T.__file__)]
+    return {
+        "read_secret": TRY + "import os\n" + f"print(attempt(lambda: open({lab['secret']!r}).read()))\n"
+                             f"print(attempt(lambda: os.listdir({lab['home']!r})))\n"
+                             "print(os.listdir(os.path.expanduser('~')), os.listdir('/'))",
+        "write": TRY + "".join(f"print(attempt(lambda: open({os.path.join(d, 'pwned')!r}, 'w').write('x')))\n"
+                               for d in targets),
+        "processes": TRY + "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+                           "print('pids', pids)\n"
+                           "for p in pids:\n    print(p, repr(attempt(lambda: open(f'/proc/{p}/cmdline').read())))\n"
+                           "for p in ('@CALLER@', os.getppid(), 1):\n"
+                           "    print(p, attempt(lambda: open(f'/proc/{p}/cmdline').read()),"
+                           " attempt(lambda: open(f'/proc/{p}/environ').read()))",
+        "signal": TRY + "import os, signal\n"
+                        "for p in (@VICTIM@, @CALLER@, os.getppid(), -1):\n"
+                        "    print(p, attempt(lambda: os.kill(p, signal.SIGKILL)), flush=True)",
+        # every process forks again: 2**12 wanted; the first process counts what exists after a pause
+        "fork_bomb": "import os, time\nroot, failed = os.getpid(), 0\nfor _ in range(12):\n    try:\n"
+                     "        os.fork()\n    except OSError:\n        failed += 1\ntime.sleep(1.0)\n"
+                     "if os.getpid() == root:\n"
+                     "    print(len([p for p in os.listdir('/proc') if p.isdigit()]), failed)",
+        "memory": TRY + "print(attempt(lambda: len(bytearray(100 * 2**20))))\n"
+                        "print(attempt(lambda: len(bytearray(10 * 2**30))))",
+        "disk": "import os\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (64 << 20))\nexcept OSError as e:\n    print('big', e)\n"
+                "os.remove('/tmp/big')\ndef fill(d):\n    n = 0\n    try:\n        while True:\n"
+                "            with open(os.path.join(d, f'fill{n}'), 'wb') as f:\n                f.write(b'x' * 2**20)\n"
+                "            n += 1\n    except OSError as e:\n        return n, type(e).__name__\n"
+                "print({d: fill(d) for d in ('/tmp', os.path.expanduser('~'), '/dev/shm', '/', '/dev', '/usr')})",
+        "keyring": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(256)\n"
+                   "found = libc.syscall(@KEYCTL@, 10, ctypes.c_int(-3), b'user', b'tunix_lit_probe', 0)\n"
+                   "print(found, libc.syscall(@KEYCTL@, 11, found, buf, 256), buf.value)\n"  # SEARCH, READ
+                   "print(open('/proc/keys').read())",
+        "nested_namespace": TRY + "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                                  "print(libc.unshare(0x10000000), libc.unshare(0x00020000))",  # CLONE_NEWUSER, CLONE_NEWNS
+        "network": TRY + "import socket\n"
+                         "print('host', attempt(lambda: socket.create_connection(('127.0.0.1', @PORT@), timeout=2)))\n"
+                         "print('dns', attempt(lambda: socket.getaddrinfo('example.com', 80)))\n"
+                         "print('out', attempt(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2)))\n"
+                         "print('ifaces', socket.if_nameindex())",
+    }
+
+
+def _free_uid() -> int:
+    """A uid with no account: an ordinary user who owns nothing on this host but what the test gives it."""
+    uid = 47000
+    while True:
+        try:
+            pwd.getpwuid(uid)
+            uid += 1
+        except KeyError:
+            return uid
+
+
+def _world_python() -> str:
+    """A Python any user may run (ours, unless it lives in a private directory such as /root)."""
+    for p in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(p) and T._world_runnable(p):
+            return p
+    pytest.fail("no world-executable Python for the ordinary-user caller") if CI else pytest.skip("no world-executable Python")
+
+
+def _unavailable(why: str):
+    """Skip with the reason, except under CI=true, where a sandbox that cannot be tested is a failure."""
+    if CI:
+        pytest.fail(f"CI=true: the sandbox must be tested here, but {why}")
+    pytest.skip(why)
+
+
+def _make_lab(owner: int) -> dict:
+    """Home with a token, a checkpoint directory and a copy of the package, all open to everyone, owned by `owner`."""
+    root = tempfile.mkdtemp(prefix="tunix_lit_hostile_")
+    lab = {"root": root, "home": os.path.join(root, "home"), "ckpt": os.path.join(root, "ckpt"),
+           "pkg": os.path.join(root, "pkg")}
+    for d in (lab["home"], lab["ckpt"], lab["pkg"]):
+        os.mkdir(d)
+    lab["secret"] = os.path.join(lab["home"], ".hf_token")
+    with open(lab["secret"], "w") as f:
+        f.write(SECRET)
+    shutil.copy(T.__file__, os.path.join(lab["pkg"], "tools.py"))
+    lab["tools"] = os.path.join(lab["pkg"], "tools.py")
+    for p in (root, lab["home"], lab["ckpt"], lab["pkg"]):
+        os.chmod(p, 0o777)
+    for p in (lab["secret"], lab["tools"]):
+        os.chmod(p, 0o644)
+    if os.getuid() == 0:
+        for dirpath, dirs, files in os.walk(root):
+            for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
+                os.chown(p, owner, owner)
+    return lab
+
+
+def _run_caller(identity: str, backend: str) -> tuple:
+    """Run CALLER as `identity` ("root" or "user") against `backend`; its report and the lab it attacked."""
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    if backend == "bubblewrap" and T.find_bwrap() is None:
+        _unavailable("bubblewrap is not installed (.ci/run installs Debian's bubblewrap)")
+    me = os.getuid()
+    if identity == "root":
+        if me == 0:
+            prefix, python, owner, kw = [], sys.executable, 0, {}
+        elif subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+            prefix, python, owner, kw = ["sudo", "-n"], sys.executable, me, {}
+        else:
+            _unavailable("the root case needs root or password-less sudo")
+    else:
+        if me == 0:
+            uid = _free_uid()
+            prefix, python, owner, kw = [], _world_python(), uid, dict(user=uid, group=uid, extra_groups=[])
+        else:
+            prefix, python, owner, kw = [], sys.executable, me, {}
+    lab = _make_lab(owner)
+    job = {"tools": lab["tools"], "secret": lab["secret"], "secret_text": SECRET, "backend": backend, "probes": probes(lab),
+           "limits": {f: getattr(LIMITS, f) for f in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes",
+                                                       "output_chars")}}
+    env = {"HOME": lab["home"], "PATH": "/usr/bin:/bin", "TUNIX_LIT_CALLER_SECRET": SECRET}
+    proc = subprocess.run(prefix + [python, "-I", "-c", CALLER, lab["tools"], MARKER], input=json.dumps(job),
+                          capture_output=True, text=True, env=env, cwd=lab["root"], timeout=300, **kw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    report["left_behind"] = sorted(os.path.relpath(os.path.join(d, f), lab["root"])
+                                   for d, _, files in os.walk(lab["root"]) for f in files if f == "pwned")
+    report["package_pwned"] = os.path.exists(os.path.join(os.path.dirname(T.__file__), "pwned"))
+    shutil.rmtree(lab["root"])
+    return report, lab
+
+
+@pytest.fixture(scope="module", params=[(i, b) for i in ("root", "user") for b in T.BACKENDS],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def attacked(request):
+    """The report of every hostile program, once per (identity, backend)."""
+    report, lab = _run_caller(*request.param)
+    expected_uid = 0 if request.param[0] == "root" else (os.getuid() or report["uid"])
+    assert report["uid"] == expected_uid and (report["uid"] != 0) == (request.param[0] == "user")
+    assert report["control_read"] == SECRET  # unsandboxed, the caller's identity reads the token
+    return report, lab
+
+
+def _lines(report, name):
+    return report["probes"][name]["stdout"].splitlines()
+
+
+def test_cannot_read_a_secret_in_the_home(attacked):
+    report, lab = attacked
+    r = report["probes"]["read_secret"]
+    assert SECRET not in r["stdout"] + r["stderr"]
+    secret_try, listing_try, view = _lines(report, "read_secret")
+    assert secret_try == listing_try == "FileNotFoundError"  # the path does not exist in its view
+    home, root = view.split("] [")
+    assert home == "["  # its own home is empty
+    assert not {"etc", "work", "var", "srv", "mnt", "opt"} & set(eval("[" + root))  # nothing of the host beyond /usr
+
+
+def test_cannot_write_home_checkpoints_or_the_package(attacked):
+    report, _ = attacked
+    assert report["left_behind"] == [] and not report["package_pwned"]
+    assert all(line in ("FileNotFoundError", "OSError", "PermissionError") for line in _lines(report, "write"))
+    assert len(_lines(report, "write")) == 4
+
+
+def test_sees_no_process_of_the_host(attacked):
+    report, _ = attacked
+    out = report["probes"]["processes"]["stdout"]
+    assert MARKER not in out and SECRET not in out and "pytest" not in out
+    pids = eval(out.splitlines()[0][len("pids "):])
+    assert len(pids) <= 3 and pids[0] == 1  # the sandbox's own init (bubblewrap), its launcher-turned-program
+    caller_line = out.splitlines()[len(pids) + 1]
+    assert caller_line.split()[1:] == ["FileNotFoundError", "FileNotFoundError"]  # the caller's PID names nothing
+
+
+def test_cannot_signal_the_parent_or_anything_outside(attacked):
+    report, _ = attacked
+    assert report["victim_alive"]  # our sleep, same user as the sandbox, survived SIGKILL to its PID and to -1
+    assert report["probes"]["signal"]["stdout"].count("ProcessLookupError") >= 2  # neither PID exists inside
+
+
+def test_a_fork_bomb_gets_at_most_the_process_limit(attacked):
+    report, _ = attacked
+    count, failed = (int(v) for v in _lines(report, "fork_bomb")[0].split())
+    assert 4 <= count <= LIMITS.processes  # it got some processes, and never more than the limit
+    assert failed >= 1
+    assert report["alive_after"] == "alive\n"
+
+
+def test_memory_is_capped(attacked):
+    report, _ = attacked
+    assert _lines(report, "memory") == [str(100 * 2**20), "MemoryError"]
+
+
+def test_disk_fill_stops_at_each_tmpfs_size(attacked):
+    report, _ = attacked
+    big_line, filled_line = _lines(report, "disk")
+    filled = eval(filled_line)
+    for d in ("/tmp", "/home/sandbox", "/dev/shm"):
+        n, err = filled[d]
+        assert 1 <= n <= LIMITS.disk_mb and err == "OSError", (d, filled[d])  # ENOSPC at the tmpfs size
+    for d in ("/", "/dev", "/usr"):
+        assert filled[d] == (0, "OSError"), (d, filled[d])  # read-only
+    assert "File too large" in big_line
+
+
+def test_cannot_reach_the_callers_session_keyring(attacked):
+    """The caller put the secret in its session keyring (which a child inherits); the program gets a new one."""
+    report, _ = attacked
+    r = report["probes"]["keyring"]
+    assert report["key_added"] or not CI  # the control: the key is there to be stolen (where keyrings exist)
+    assert SECRET not in r["stdout"] + r["stderr"] and "tunix_lit_probe" not in r["stdout"]
+    assert r["stdout"].split()[:2] == ["-1", "-1"]  # neither found nor read
+
+
+def test_cannot_make_a_namespace_of_its_own(attacked):
+    """A nested user namespace would give it mounts (a tmpfs of any size) that no limit here sizes."""
+    report, _ = attacked
+    assert _lines(report, "nested_namespace") == ["-1 -1"]
+
+
+def test_no_network(attacked):
+    report, _ = attacked
+    host, dns, out, ifaces = _lines(report, "network")
+    assert host in ("host ConnectionRefusedError", "host OSError") and not report["connection_arrived"]
+    assert dns == "dns gaierror" and out in ("out OSError", "out TimeoutError")
+    assert ifaces == "ifaces [(1, 'lo')]"
+
+
+def test_no_bubblewrap_and_no_namespaces_fails_closed(monkeypatch, tmp_path):
+    """Without bubblewrap and with the bootstrap's unshare refused (EINVAL), nothing runs."""
+    marker = tmp_path / "ran"
+    monkeypatch.setattr(T, "find_bwrap", lambda: None)
+    monkeypatch.setattr(T, "_NAMESPACES", T._NAMESPACES.replace("libc.unshare(0x10000000", "libc.unshare(0x7fffffff"))
+    code = f"open({str(marker)!r}, 'w').write('x')"
+    with pytest.raises(T.SandboxUnavailable, match="namespaces.*could not be set up.*bubblewrap"):
+        T.run_code(code)
+    with pytest.raises(T.SandboxUnavailable, match="bubblewrap is not installed"):
+        T.run_code(code, backend="bubblewrap")
+    assert not marker.exists()
+
+
+def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path, monkeypatch):
+    """An interpreter under /usr adds nothing; one elsewhere (pyenv in a home) adds its own tree, not the home."""
+    assert "/usr" in T._visible("/usr/bin/python3") and not any(p.startswith("/home") for p in T._visible("/usr/bin/python3"))
+    tree = tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7"
+    (tree / "bin").mkdir(parents=True)
+    python = tree / "bin" / "python3.11"
+    python.write_text("")
+    shown = T._visible(str(python))
+    assert str(tree) in shown and str(tmp_path / "home" / "alice") not in shown
+    monkeypatch.setenv("HOME", str(tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7" / "bin"))
+    with pytest.raises(T.SandboxUnavailable, match="holds the home"):  # a tree that holds the home is refused
+        T._visible(str(python))
+
+
+HOME_CALLER = r'''
+import importlib.util, json, sys, types
+sys.modules.setdefault("numpy", types.SimpleNamespace(ndarray=object))  # the system Python may lack it
+spec = importlib.util.spec_from_file_location("tools_copy", sys.argv[1])
+T = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(T)
+home = sys.argv[2]
+code = ("import os\nprint(sorted(os.listdir(%r)))\n" % home
+        + "".join("try:\n    print(open(%r, %r).read())\nexcept OSError as e:\n    print(type(e).__name__)\n" % (p, m)
+                  for p, m in ((home + "/.hf_token", "r"), (home + "/pwned", "w"), (home + "/.pyenv/pwned", "w"))))
+print(json.dumps({"view": T._visible(T.sandbox_python()),
+                  "runs": {b: T.run_code(code, backend=b).stdout.splitlines() for b in T.BACKENDS}}))
+'''
+
+
+def test_an_interpreter_in_the_users_home_shows_itself_and_nothing_else_of_the_home():
+    """The laptop case: Python installed in the user's home (as pyenv does). Its tree is shown, read-only;
+    the token beside it is not, and nothing in the home can be written."""
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    system = os.path.realpath("/usr/bin/python3")
+    if not os.path.exists(system):
+        _unavailable("no /usr/bin/python3 to install into a home")
+    home = tempfile.mkdtemp(prefix="tunix_lit_home_", dir="/var/tmp")  # not under /tmp, which the sandbox replaces
+    try:
+        os.makedirs(os.path.join(home, ".pyenv", "bin"))
+        python = os.path.join(home, ".pyenv", "bin", "python3")
+        shutil.copy(system, python)  # finds its standard library under /usr, as it was built to
+        with open(os.path.join(home, ".hf_token"), "w") as f:
+            f.write(SECRET)
+        tools = os.path.join(home, "tools.py")
+        shutil.copy(T.__file__, tools)
+        uid, kw = os.getuid(), {}
+        if uid == 0:
+            uid = _free_uid()
+            kw = dict(user=uid, group=uid, extra_groups=[])
+            for dirpath, _, files in os.walk(home):
+                for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
+                    os.chown(p, uid, uid)
+        os.chmod(home, 0o700)
+        proc = subprocess.run([python, "-I", "-c", HOME_CALLER, tools, home], capture_output=True, text=True,
+                              env={"HOME": home, "PATH": "/usr/bin:/bin"}, cwd=home, timeout=120, **kw)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout)
+        assert os.path.join(home, ".pyenv") in report["view"] and home not in report["view"]
+        for backend, lines in report["runs"].items():
+            assert lines == ["['.pyenv']", "FileNotFoundError", "OSError", "OSError"], backend  # OSError: read-only
+        assert not [f for _, _, files in os.walk(home) for f in files if f == "pwned"]
+    finally:
+        shutil.rmtree(home)
