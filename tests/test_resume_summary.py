@@ -17,9 +17,9 @@ from tunix_lit import cli, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-c", "import sys; from tunix_lit.cli import main; sys.exit(main())", "train"]
-# 8 GRPO steps of 8 prompts x 4 completions, a checkpoint every 3, 16 held-out rows
+# 8 GRPO steps of 8 prompts x 4 completions, a checkpoint every 3, 16 held-out rows evaluated at the last step
 ARGS = [str(ROOT / "recipes" / "grpo_tiny.yaml"), "training.batch_size=8", "grpo.num_generations=4",
-        "task.heldout_size=16", "eval.batch_size=16", "training.eval_every_n_steps=100", "training.max_steps=8",
+        "task.heldout_size=16", "eval.batch_size=16", "training.eval_every_n_steps=8", "training.max_steps=8",
         "training.save_every_n_steps=3"]
 
 
@@ -89,3 +89,10 @@ def test_a_killed_and_resumed_run_summarises_like_the_uninterrupted_one(tmp_path
     rewards = [rows[s] for s in sorted(rows)]
     np.testing.assert_allclose([cut["figure"]["before"], cut["figure"]["after"]],
                                [np.mean(rewards[:5]), np.mean(rewards[-5:])], rtol=1e-6)
+    # the final evaluation is the loop's own at step 8, logged once and quoted by the summary (not run again)
+    for run in ("whole", "cut"):
+        evals = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+                 if '"eval"' in line]
+        assert [e["step"] for e in evals if e["mode"] == "eval"] == [0, 8], run  # before, after
+    summary_after = whole["heldout_accuracy_after"]
+    assert summary_after == [e for e in evals if e["mode"] == "eval"][-1]["arith_accuracy"]

@@ -6,8 +6,8 @@
 __all__ = ['FAMILIES', 'ALGORITHMS', 'ENV_PREFIX', 'LORA_DEFAULTS', 'FREE_KEYS', 'SECTION_OWNERS', 'FIGURES', 'default_recipe',
            'check_keys', 'cli_layer', 'env_layer', 'file_layers', 'Recipe', 'resolve_recipe', 'Launch', 'build_mesh',
            'load_model', 'build_data', 'build_rewards', 'make_optimizer', 'encode_sft', 'batches', 'greedy_accuracy',
-           'build_rl', 'build_peft', 'build', 'evaluate', 'logged_history', 'plot_curve', 'run_recipe', 'build_agentic',
-           'dry_run']
+           'build_rl', 'build_peft', 'build', 'evaluate', 'final_evaluation', 'logged_history', 'plot_curve',
+           'run_recipe', 'build_agentic', 'dry_run']
 
 # %% ../nbs/71_recipes.ipynb #47e4bfbf
 # Recipes: a YAML file -> a resolved config (OmegaConf merges the layers; we keep, per leaf, which layer set
@@ -724,6 +724,19 @@ def evaluate(launch: Launch) -> dict:
     return out
 
 
+def final_evaluation(launch: Launch, result) -> dict:
+    """The held-out figures after training, evaluated once: the loop's own last-step evaluation when it made one."""
+    r, trainer = launch.recipe, launch.trainer
+    if r.family == "rl" and result.step > result.start_step and result.eval_metrics:
+        every = trainer.config.eval_every_n_steps
+        rollout_budget = trainer.cluster.rollout_config.max_new_tokens  # what the in-loop evaluation used
+        same_budget = (r["eval"]["max_new_tokens"] or rollout_budget) == rollout_budget
+        if every and result.step % every == 0 and same_budget:  # already evaluated (and logged) at this step
+            m, name = result.eval_metrics, getattr(launch.accuracy_fn, "__name__", None)
+            return {"accuracy": m.get(name), "figure": m.get("rewards/mean")}
+    return evaluate(launch)
+
+
 def logged_history(run_dir, name: str, mode: str = "train") -> tuple[list[int], list[float]]:
     """(steps, values) of one metric over a whole run, from its metrics.jsonl: a step logged again after a resume counts once."""
     by_step = {}
@@ -817,7 +830,7 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     else:
         result = trainer.train(launch.extras["train_batches"])
     train_s = time.perf_counter() - t_train
-    after = evaluate(launch)
+    after = final_evaluation(launch, result)
     if writer:
         plot_curve(launch, before, after, run_dir / "curve.png")
     trainer.close()  # flushes metrics.jsonl, which the figures below read: a resumed run's log holds the whole run
