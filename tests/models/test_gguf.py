@@ -405,3 +405,15 @@ def test_gemma3_tokenizer_matches_transformers(gemma3):
 @pytest.mark.slow
 def test_gemma3_cli_greedy_matches_transformers(gemma3, capsys):
     check_cli_greedy(gemma3, capsys)
+
+
+def test_recipes_load_model_reads_a_gguf_path(tmp_path, monkeypatch):
+    """A recipe's `model:` may be a .gguf file: recipes.load_model gives the model transformers reads from it."""
+    from tunix_lit import recipes
+
+    monkeypatch.setenv("TUNIX_LIT_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", Q.Q8_0)
+    model, tok = recipes.load_model(str(path), None, "float32")
+    ids = [[5, 17, 99, 3]]
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))[0]), _hf_logits(path, ids), atol=1e-4, rtol=1e-4)
+    assert tok.eos_id == 2 and (tmp_path / "cache" / "gguf").is_dir()
