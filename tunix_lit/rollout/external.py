@@ -289,6 +289,7 @@ class ExternalEngine:
     """What VllmEngine and SglangJaxEngine share: config directory, dtype, the sync outline, generate."""
 
     name, returns_logprobs = "external", True
+    single_process = True  # drives one local engine: check_engine refuses a multi-process job
 
     def __init__(self, handle, tokenizer, cfg: tfm.ModelConfig, mapping: MappingConfig, dtype, *,
                  max_prompt_length: int, config_dir: tempfile.TemporaryDirectory):

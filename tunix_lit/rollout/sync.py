@@ -192,6 +192,7 @@ class HfEngine:
 
     name = "hf"
     returns_logprobs = True
+    single_process = True  # reads every weight in this process: check_engine refuses a multi-process job
 
     def __init__(self, module, tokenizer, cfg, *, dtype, max_prompt_length: int, name_map=None):
         import torch
