@@ -24,7 +24,51 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         STUBBED.append(name)
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
     def create_module(self, spec):
-        m = mock.MagicMock(name=spec.name); m.__path__ = []; m.__spec__ = spec; m.__name__ = spec.name
+        m = _StubModule(spec.name); m.__path__ = []; m.__spec__ = spec
         return m
     def exec_module(self, module): pass
+import abc
+
+
+class _StubMeta(abc.ABCMeta):
+    """Class-level attributes of a stand-in class (enum members, constants) are MagicMocks."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return mock.MagicMock(name=name)
+
+    def __getitem__(cls, item):
+        return cls
+
+
+class _Stub(metaclass=_StubMeta):
+    """A stand-in class: any arguments, any attribute (so it can also be subclassed)."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __getattr__(self, name):
+        return mock.MagicMock(name=name)
+
+
+class _StubModule(types.ModuleType):
+    """A stubbed module: CamelCase names are stand-in classes, CONSTANTS MagicMocks, other names callable submodules."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name[:1].isupper() and any(c.islower() for c in name):
+            value = type(name, (_Stub,), {})
+        elif name.isupper():
+            value = mock.MagicMock(name=name)
+        else:  # a submodule or a function: both work
+            value = _StubModule(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+    def __call__(self, *a, **k):
+        return mock.MagicMock(name=self.__name__)
+
+
 sys.meta_path.append(_Finder())
