@@ -138,12 +138,26 @@ def test_missing_packages_name_the_package_and_pip_command(monkeypatch):
 
 # ---------------------------------------------------------------- mapping tables and layouts
 
-@pytest.mark.parametrize("family", ["qwen3", "llama3", "gemma3"])
+def flat(state) -> dict:
+    """Dotted name -> array of a nested nnx.State (the engines' real structure)."""
+    return {".".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(state)}
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang_jax"])
-def test_mapping_covers_every_parameter_and_engine_tensor(fakes, family, engine):
+def test_gemma3_is_refused_before_the_engine_starts(fakes, engine):
+    """Neither engine has a JAX Gemma 3 model at the pinned versions: refused by name, before any engine is built."""
+    model = tfm.create_model(tfm.ModelConfig.from_name("tiny-gemma3", vocab_size=19))
+    _, tok = tiny.load()
+    with pytest.raises(ValueError, match="'gemma3' has no .* JAX weight state"):
+        ENGINES[engine].build(model, tok, max_prompt_length=P, max_new_tokens=G)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("engine", ["vllm", "sglang_jax"])
+def test_mapping_covers_every_parameter_and_engine_tensor(fakes, family, tied, engine):
     """A first sync of a random tiny model of each family fills every engine tensor; bytes as sync_bytes says."""
-    model = tfm.create_model(tfm.ModelConfig.from_name(f"tiny-{family}", vocab_size=19,
-                                                       tie_embeddings=family != "llama3"))
+    model = tfm.create_model(tfm.ModelConfig.from_name(f"tiny-{family}", vocab_size=19, tie_embeddings=tied))
     _, tok = tiny.load()
     kw = {"tensor_parallel_size": 8} if engine == "vllm" else {"tp_size": 8}
     eng = ENGINES[engine].build(model, tok, max_prompt_length=P, max_new_tokens=G, dtype="bfloat16", **kw)
@@ -151,6 +165,8 @@ def test_mapping_covers_every_parameter_and_engine_tensor(fakes, family, engine)
     assert report.bytes_moved == eng.sync_bytes(model) > 0
     assert report.tensors == len(eng._targets())
     assert all(np.dtype(d) == np.dtype(ml_dtypes.bfloat16) for _, d in eng._targets().values())
+    heads = [n for n in eng._targets() if "lm_head" in n]
+    assert (heads == []) == tied  # tied: the engine reads the embedding, and holds no head to write
 
 
 def test_vllm_layout_pads_heads_and_repeats_kv_heads(fakes, actors):
@@ -158,13 +174,12 @@ def test_vllm_layout_pads_heads_and_repeats_kv_heads(fakes, actors):
     actor, _, tok = actors["full"]
     eng = ext.VllmEngine.build(actor, tok, max_prompt_length=P, max_new_tokens=G, tensor_parallel_size=4)
     ours = np.asarray(actor.layers[1].attn.k_proj.kernel[...])  # [D, K=2, H=32]
-    theirs = eng.runner.state["model.layers.1.self_attn.k_proj.weight"]  # [D, 4, 128]
+    theirs = np.asarray(flat(eng.runner.state)["model.layers.1.self_attn.k_proj.weight"])  # [D, 4, 128]
     assert theirs.shape == (ours.shape[0], 4, 128)
     np.testing.assert_array_equal(theirs[:, [0, 1], :32], ours[:, [0, 0]])
     np.testing.assert_array_equal(theirs[:, [2, 3], :32], ours[:, [1, 1]])
     assert not theirs[..., 32:].any()
-    head = eng.runner.state["lm_head.weight"]  # tied: its own array, the embedding transposed
-    np.testing.assert_array_equal(head, np.asarray(actor.embedder.embedding[...]).T)
+    assert "lm_head.weight" not in flat(eng.runner.state)  # tied: tpu-inference's logits use the embedding
 
 
 # ---------------------------------------------------------------- parity after optimizer steps
@@ -341,12 +356,12 @@ def test_sync_places_tensors_on_the_engine_mesh(fakes, actors):
     """When the engine's runner holds a JAX mesh, each tensor lands on it split as its mapping rule says."""
     actor0, actor1, tok = actors["full"]
     eng = ext.VllmEngine.build(actor0, tok, max_prompt_length=P, max_new_tokens=G, tensor_parallel_size=4)
-    eng.runner.mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:4]), ("model",))
+    assert eng.runner.mesh.shape == {"data": 1, "model": 4}  # the fake runner's mesh, as tpu-inference's
     prompts, out = _round_trip(eng, actor0, actor1, tok)
-    q = eng.runner.state["model.layers.0.self_attn.q_proj.weight"]
+    q = flat(eng.runner.state)["model.layers.0.self_attn.q_proj.weight"]
     assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
     assert len(q.sharding.device_set) == 4 and q.addressable_shards[0].data.shape == (q.shape[0], 1, q.shape[2])
-    assert eng.runner.state["model.norm.weight"].sharding.is_fully_replicated
+    assert flat(eng.runner.state)["model.norm.weight"].sharding.is_fully_replicated
     assert gap(actor1, prompts, out) <= TOL["float32"]
 
 

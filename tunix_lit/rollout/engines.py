@@ -114,7 +114,7 @@ def resolve_engine(name: str) -> type:
 
 
 def check_engine(engine) -> Any:
-    """Resolve an engine name and check its package is importable (EngineUnavailable if not); objects pass through."""
+    """Resolve an engine name, check its package imports (EngineUnavailable) and the process count it needs; objects pass."""
     if not isinstance(engine, str):
         if not isinstance(engine, RolloutEngine):
             missing = [m for m in ("name", "pad_id", "eos_ids", "dtype", "returns_logprobs", "generate",
@@ -124,6 +124,9 @@ def check_engine(engine) -> Any:
         return engine
     cls = resolve_engine(engine)
     cls.check_available()
+    if getattr(cls, "single_process", False) and jax.process_count() > 1:  # refused before any model loads
+        raise ValueError(f"rollout engine {engine!r} runs in one process, and this job has jax.process_count()="
+                         f"{jax.process_count()}; use rollout.engine='vanilla' for a multi-process job")
     return cls
 
 # %% ../../nbs/40_rollout_backends.ipynb #5b5afe4e

@@ -192,6 +192,7 @@ class HfEngine:
 
     name = "hf"
     returns_logprobs = True
+    single_process = True  # reads every weight in this process: check_engine refuses a multi-process job
 
     def __init__(self, module, tokenizer, cfg, *, dtype, max_prompt_length: int, name_map=None):
         import torch
@@ -205,8 +206,9 @@ class HfEngine:
         shapes = {k: tuple(p.shape) for k, p in self.params.items()}
         self.plan, self.unmapped = plan_sync(decoder_shapes(cfg), name_map or hf_name_map(cfg), shapes)
         plan, target = self.plan, self.dtype
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # dlpack needs one whole buffer
-        self._convert = jax.jit(lambda p: {n: t(p[path_]).astype(target) for path_, n, t in plan}, out_shardings=cpu)
+        # compiled for wherever the actor's arrays live (a device, a mesh, an accelerator); see hf_sync
+        self._convert = jax.jit(lambda p: {n: t(p[path_]).astype(target) for path_, n, t in plan})
+        self._host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])  # torch reads one whole CPU buffer
         self.last_sync: Optional[SyncReport] = None
         self._torch = torch
         # transformers 5 names the KV cache argument `cache`; 4.x called it `past_key_values`
@@ -229,6 +231,9 @@ class HfEngine:
               dtype=None, seed: int = 0, name_map=None) -> "HfEngine":
         """The HF module of the actor's config in `dtype` (default: the actor's), loaded by a first sync."""
         cls.check_available()
+        if jax.process_count() > 1:  # refused before the HF module is built
+            raise ValueError(f"the hf engine runs in one process, and this job has jax.process_count()="
+                             f"{jax.process_count()}; use rollout.engine='vanilla' for a multi-process job")
         import torch
 
         dtype = jnp.dtype(dtype or actor.config.param_dtype)
@@ -335,11 +340,22 @@ def _collect(engine, generated, logps, stops) -> EngineOutput:
     return EngineOutput(tokens, [logps[b, :n].astype(np.float32) for b, n in enumerate(ends)], text, finished)
 
 # %% ../../nbs/41_weight_sync.ipynb #b47572e3
+def _one_placement(params: dict) -> dict:
+    """`params` as they are when they share one device set, else gathered to the host CPU; refuses other processes' shards."""
+    leaves = jax.tree.leaves(params)
+    remote = next((k for k, x in params.items() if not getattr(x, "is_fully_addressable", True)), None)
+    if remote is not None:
+        raise ValueError(f"parameter {remote!r} is spread over {jax.process_count()} processes; the hf engine "
+                         "reads every weight in this one process: use rollout.engine='vanilla' across processes")
+    places = {frozenset(x.sharding.device_set) for x in leaves if isinstance(x, jax.Array)}
+    return params if len(places) <= 1 else jax.device_put(params, jax.devices("cpu")[0])
+
+
 def hf_sync(engine: HfEngine, actor: nnx.Module) -> SyncReport:
     """Write the actor's merged weights into the HF module's parameters in place; what was moved and how long it took."""
     torch = engine._torch
     t0 = time.perf_counter()
-    tensors = engine._convert(actor_params(actor))
+    tensors = jax.device_put(engine._convert(_one_placement(actor_params(actor))), engine._host)
     moved = 0
     with torch.no_grad():
         for name, array in tensors.items():

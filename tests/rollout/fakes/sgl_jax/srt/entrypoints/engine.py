@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+import _contract as ct
 import _fake_decoder as fd
 
 
@@ -39,24 +40,22 @@ class SamplingParams:
 
 
 def state_shapes(cfg: dict, tp: int) -> tuple[dict, int]:
-    """Engine name -> shape, KV heads replicated to tp_size when tp_size exceeds them."""
+    """Engine name -> shape, KV heads replicated to tp_size when tp_size exceeds them; names from the contract
+    (the real model classes' paths; no `lm_head` for tied embeddings)."""
     d = fd.dims(cfg)
     Kx = d["K"] if tp <= d["K"] else tp
     if Kx % d["K"]:
         raise ValueError(f"tp_size={tp} is not a multiple of {d['K']} KV heads")
     D, F, V, NH, KH = d["D"], d["F"], d["V"], d["N"] * d["H"], Kx * d["H"]
-    shapes = {"model.embed_tokens.embedding": (V, D), "model.norm.scale": (D,), "lm_head.embedding": (V, D)}
-    for i in range(d["L"]):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.scale": (D,), p + "post_attention_layernorm.scale": (D,),
-                   p + "self_attn.q_proj.weight": (D, NH), p + "self_attn.k_proj.weight": (D, KH),
-                   p + "self_attn.v_proj.weight": (D, KH), p + "self_attn.o_proj.weight": (NH, D),
-                   p + "mlp.gate_proj.weight": (D, F), p + "mlp.up_proj.weight": (D, F),
-                   p + "mlp.down_proj.weight": (F, D)}
-        if cfg["model_type"] in ("gemma3_text", "gemma3"):  # sandwich norms around attention and MLP
-            shapes |= {p + "pre_feedforward_layernorm.scale": (D,), p + "post_feedforward_layernorm.scale": (D,)}
-        if cfg["model_type"] in ("qwen3", "gemma3_text", "gemma3"):
-            shapes |= {p + "self_attn.q_norm.scale": (d["H"],), p + "self_attn.k_norm.scale": (d["H"],)}
+    by_suffix = {"embed_tokens.embedding": (V, D), "lm_head.embedding": (V, D), "layernorm.scale": (D,),
+                 "norm.scale": (D,), "q_norm.scale": (d["H"],), "k_norm.scale": (d["H"],),
+                 "q_proj.weight": (D, NH), "k_proj.weight": (D, KH), "v_proj.weight": (D, KH),
+                 "o_proj.weight": (NH, D), "gate_proj.weight": (D, F), "up_proj.weight": (D, F),
+                 "down_proj.weight": (F, D)}
+    shapes = {}
+    for name in ct.state_names("sglang_jax", cfg):
+        key = next(k for k in sorted(by_suffix, key=len, reverse=True) if name.endswith(k))
+        shapes[name] = by_suffix[key]
     return shapes, Kx
 
 
@@ -72,7 +71,9 @@ class FakeModel(nnx.Module):
                 node = node.setdefault(part, {})
             node[last] = value
         build = lambda d: nnx.Dict({k: build(v) if isinstance(v, dict) else nnx.Param(v) for k, v in d.items()})
-        self.model, self.lm_head = build(root["model"]), build(root["lm_head"])
+        self.model = build(root["model"])
+        if "lm_head" in root:  # untied checkpoints only
+            self.lm_head = build(root["lm_head"])
 
 
 class ModelConfig:
@@ -88,8 +89,13 @@ class ModelConfig:
 class ModelRunner:
     """Owns `model` and the `model_state_leaves` list the compiled forward reads."""
 
-    def __init__(self, cfg: dict, dtype, tp: int, seed: int):
+    def __init__(self, cfg: dict, dtype, tp: int, seed: int, device_indexes=None):
         shapes, Kx = state_shapes(cfg, tp)
+        devices = jax.devices()
+        ids = device_indexes if device_indexes is not None else list(range(min(tp, len(devices))))
+        # sglang-jax's mesh axes ("data", "tensor"), when the devices exist here
+        self.mesh = (jax.sharding.Mesh(np.asarray([devices[i] for i in ids]).reshape(1, -1), ("data", "tensor"))
+                     if len(ids) == tp and max(ids) < len(devices) else None)
         d = fd.dims(cfg)
         self.model_config = ModelConfig(cfg, d["H"], Kx)
         self.model = FakeModel(fd.dummy_weights(shapes, dtype, seed))
@@ -123,32 +129,40 @@ class ModelRunner:
                                q_norm=w.get(p + "self_attn.q_norm.scale"), k_norm=w.get(p + "self_attn.k_norm.scale"),
                                gate=w[p + "mlp.gate_proj.weight"], up=w[p + "mlp.up_proj.weight"],
                                down=w[p + "mlp.down_proj.weight"]))
-        return dict(embed=w["model.embed_tokens.embedding"], layers=layers, final_norm=w["model.norm.scale"],
-                    lm_head=w["lm_head.embedding"].T)
+        embed = w["model.embed_tokens.embedding"]
+        return dict(embed=embed, layers=layers, final_norm=w["model.norm.scale"],
+                    lm_head=w["lm_head.embedding"].T if "lm_head.embedding" in w else embed.T)  # tied: the embedding
 
 
 class Engine:
     """`Engine(model_path=dir_with_config_json, load_format='dummy', tp_size=..., ...)`; generation by async_generate."""
 
-    def __init__(self, model_path: str, *, load_format: str = "auto", dtype: str = "auto", tp_size: int = 1,
-                 random_seed: int = 0, disable_radix_cache: bool = False, skip_tokenizer_init: bool = False,
-                 context_length: Optional[int] = None, mem_fraction_static: float = 0.2, **kwargs):
-        if load_format != "dummy":
+    def __init__(self, **kwargs):
+        ct.check_kwargs("ServerArgs", kwargs, ct.CONTRACT["sglang_jax"]["ServerArgs.fields"])  # Engine(**ServerArgs)
+        kw = dict(load_format="auto", dtype="auto", tp_size=1, random_seed=None, disable_radix_cache=False,
+                  skip_tokenizer_init=False, context_length=None, mem_fraction_static=None,
+                  enable_single_process=False, device_indexes=None) | kwargs
+        if kw["load_format"] != "dummy":
             raise NotImplementedError("the fake engine only starts from dummy weights (load_format='dummy')")
-        if not skip_tokenizer_init:
+        if not kw["skip_tokenizer_init"]:
             raise NotImplementedError("the fake engine has no tokenizer: pass skip_tokenizer_init=True")
-        cfg = fd.read_hf_config(model_path)
-        dtype = cfg.get("torch_dtype", "float32") if dtype == "auto" else dtype
+        seed = 42 if kw["random_seed"] is None else kw["random_seed"]  # ServerArgs' default seed
+        self.mem_fraction_static, self.random_seed = kw["mem_fraction_static"], seed
+        cfg = fd.read_hf_config(kw["model_path"])
+        dtype = cfg.get("torch_dtype", "float32") if kw["dtype"] == "auto" else kw["dtype"]
         self.hf_config = cfg
-        runner = ModelRunner(cfg, fd.engine_dtype(dtype), tp_size, random_seed)
-        self.scheduler_info = {"scheduler": types.SimpleNamespace(
-            tp_worker=types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner)))}
-        self.radix_cache: Optional[dict] = None if disable_radix_cache else {}
-        self._rng = np.random.default_rng(random_seed)
+        runner = ModelRunner(cfg, fd.engine_dtype(dtype), kw["tp_size"], seed, kw["device_indexes"])
+        self._scheduler = types.SimpleNamespace(
+            tp_worker=types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner)))
+        self.scheduler_info = {"max_total_num_tokens": 1 << 16, "max_req_input_len": kw["context_length"] or 4096}
+        if kw["enable_single_process"]:  # the scheduler object is handed back only when it runs in this process
+            self.scheduler_info["scheduler"] = self._scheduler
+        self.radix_cache: Optional[dict] = None if kw["disable_radix_cache"] else {}
+        self._rng = np.random.default_rng(seed)
 
     @property
     def _runner(self) -> ModelRunner:
-        return self.scheduler_info["scheduler"].tp_worker.worker.model_runner
+        return self._scheduler.tp_worker.worker.model_runner
 
     def get_default_sampling_params(self) -> SamplingParams:
         return SamplingParams()
@@ -158,12 +172,13 @@ class Engine:
             self.radix_cache.clear()
         return True
 
-    def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False, **kwargs):
+    def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False):
         """Blocking form of async_generate."""
-        return asyncio.run(self.async_generate(prompt, sampling_params, input_ids, return_logprob, **kwargs))
+        return asyncio.run(self.async_generate(prompt, sampling_params, input_ids, return_logprob))
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
-                             stream: bool = False, **kwargs):
+                             logprob_start_len=None, top_logprobs_num=None, token_ids_logprob=None,
+                             stream: bool = False, lora_path=None, return_routed_experts=False):
         """One dict per request: {'text', 'output_ids', 'meta_info': {'finish_reason', 'output_token_logprobs'}}."""
         if prompt is not None or input_ids is None:
             raise NotImplementedError("without a tokenizer, pass input_ids (a list of id lists)")
