@@ -11,6 +11,7 @@ cfg = cfg["DEFAULT"]
 requirements = cfg.get("requirements", "").split()
 dev_requirements = cfg.get("dev_requirements", "").split()
 hf_requirements = cfg.get("hf_requirements", "").split()
+real_requirements = cfg.get("real_requirements", "").split()
 scripts = [s for s in cfg.get("console_scripts", "").split() if s]
 
 setuptools.setup(
@@ -29,7 +30,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={cfg["lib_path"]: ["assets/*", "assets/**/*"]},
     install_requires=requirements,
-    extras_require={"dev": dev_requirements, "hf": hf_requirements},
+    extras_require={"dev": dev_requirements, "hf": hf_requirements, "real": real_requirements},
     entry_points={"console_scripts": scripts, "nbdev": [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
     zip_safe=False,
 )

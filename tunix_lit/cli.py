@@ -60,11 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/70_recipes_cli.ipynb #5f463c9f
 def load_model(path: Optional[str] = None):
-    """(model, tokenizer): the embedded tiny default, or an HF checkpoint directory and its tokenizer."""
+    """(model, tokenizer): the tiny default, a real model's name or .gguf file, or an HF checkpoint directory."""
+    from pathlib import Path
+
     if path is None:
         from tunix_lit.models import tiny
 
         return tiny.load()
+    if not Path(path).is_dir():  # 'gemma3-270m', 'smollm2-135m' or a .gguf file (chapter 12b)
+        from tunix_lit.models.gguf import load_gguf
+
+        return load_gguf(path)
     from tunix_lit.models.loader import load_hf
     from tunix_lit.models.tokenizer import load_tokenizer
 

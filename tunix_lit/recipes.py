@@ -343,12 +343,16 @@ def build_mesh(spec: dict):
 
 
 def load_model(name: str, mesh=None, dtype=None):
-    """(model, tokenizer) for 'tiny' (the embedded default) or an HF checkpoint directory."""
+    """(model, tokenizer) for 'tiny', a real model's name or .gguf file, or an HF checkpoint directory."""
     if name == "tiny":
         from tunix_lit.models import tiny
 
         model, tok = tiny.load(mesh)
         return model, tok
+    if not Path(name).is_dir():  # 'gemma3-270m', 'smollm2-135m' or a .gguf file (chapter 12b)
+        from tunix_lit.models.gguf import load_gguf
+
+        return load_gguf(name, mesh, dtype)
     from tunix_lit.models.loader import load_hf
     from tunix_lit.models.tokenizer import load_tokenizer
 
