@@ -24,6 +24,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     atexit.register(shutil.rmtree, _cache, True)
 
+# Real models (chapter 12b) are dequantised once into a cache: one for the whole run (tests, notebooks and launched
+# processes inherit the variable), fresh each run and removed after it, so the user's ~/.cache is left alone.
+if "TUNIX_LIT_CACHE" not in os.environ:
+    os.environ["TUNIX_LIT_CACHE"] = _models = tempfile.mkdtemp(prefix="tunix_lit_tests_models_")
+    atexit.register(shutil.rmtree, _models, True)
+
 from tunix_lit import runtime  # noqa: E402
 
 # The CLI, benchmarks and training notebooks tune the host allocator explicitly (importing the library never

