@@ -31,7 +31,7 @@ from .tools import Status, Trajectory, Turn, calculator_env, sum_tasks
 from .trajectory import EpisodeConfig, TrajectoryCollector
 from ..rl.grpo import GRPOConfig, GRPOLearner
 from ..rl.learner import RLTrainingConfig, policy_logps, skip_rows
-from ..sft.trainer import LossOutput
+from ..sft.core import LossOutput
 
 # %% ../../nbs/53_agentic_learner.ipynb #d4e78030
 def _is_call(turn: Turn) -> bool:
