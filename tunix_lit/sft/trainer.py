@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 import warnings
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +23,10 @@ import numpy as np
 import optax
 from fastcore.basics import patch
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..models import transformer as tfm
-from .core import (LossOutput, MetricsLog, NonFiniteLossError, TrainerCore, make_eval_step,
-                                   make_train_step, next_token_loss, select_trainable)
+from .core import LossOutput, MetricsLog, NonFiniteLossError, TrainerCore
+from .core import make_eval_step, make_train_step, next_token_loss, select_trainable
 
 # built in chapter 17; still importable from here
 _all_ = ["LossOutput", "next_token_loss", "select_trainable", "make_train_step", "make_eval_step", "MetricsLog",
