@@ -26,7 +26,7 @@ class Broken:
 
     def __init__(self, env, where="step", hang_s=0.0, error=False):
         self.env, self.where, self.hang_s, self.error = env, where, hang_s, error
-        self.task, self.max_steps = env.task, env.max_steps
+        self.task, self.max_turns = env.task, env.max_turns
 
     def _trouble(self, where):
         if where == self.where:
@@ -57,7 +57,7 @@ def test_succeeded_when_the_environment_says_done(tok, cfg):
 
 def test_max_steps_reached_when_the_model_never_answers(tok, cfg):
     traj = run(tok, cfg, lambda c: "12+34\n")
-    assert traj.status == T.Status.MAX_STEPS_REACHED and len(traj.model_turns) == 3  # calculator_env's max_steps
+    assert traj.status == T.Status.MAX_STEPS_REACHED and len(traj.model_turns) == 3  # calculator_env's max_turns
     assert traj.counts["calls"] == 3
 
 
@@ -68,7 +68,7 @@ def test_max_context_limit_reached_when_the_budget_cuts_a_turn(tok, cfg):
 
 def test_max_context_limit_reached_when_the_context_is_full(tok, cfg):
     """The 64-position buffer: prompt 11 + 5 rounds of 10-token calls and 5-token results cannot fit."""
-    env = T.calculator_env(TASK, max_steps=10)
+    env = T.calculator_env(TASK, max_turns=10)
     traj = run(tok, cfg, lambda c: "1234+5678\n", env=env, max_response_tokens=1000)
     assert traj.status == T.Status.MAX_CONTEXT_LIMIT_REACHED
     assert traj.prompt_tokens.size + traj.conversation()[0].size <= 64
@@ -76,7 +76,7 @@ def test_max_context_limit_reached_when_the_context_is_full(tok, cfg):
 
 def test_max_context_limit_reached_when_the_engine_takes_no_longer_prompt(tok, cfg):
     """max_prompt_tokens=30: no turn may continue a context of more than 30 tokens (11 + 15 per round)."""
-    env = T.calculator_env(TASK, max_steps=10)
+    env = T.calculator_env(TASK, max_turns=10)
     traj = run(tok, cfg, lambda c: "1234+5678\n", env=env, max_response_tokens=1000, max_prompt_tokens=30)
     assert traj.status == T.Status.MAX_CONTEXT_LIMIT_REACHED
     before, n = [], traj.prompt_tokens.size
@@ -189,7 +189,7 @@ def test_each_malformed_call_is_an_error_observation_and_the_episode_goes_on():
                   call('{"name": "boom", "arguments": {}}'), call('{"name": "hang", "arguments": {}}'),
                   call('{"name": "calculator", "arguments": {"a": 2, "op": "+", "b": 3}}'), "5"])
     env = T.ToolEnv({"prompt": "2+3?", "answer": "5"}, T.ToolManager([T.Calculator(), Raises(), Hangs()], timeout_s=0.2),
-                    "qwen", T.exact_match, max_steps=10)
+                    "qwen", T.exact_match, max_turns=10)
     cfg = EpisodeConfig(max_new_tokens=200, max_response_tokens=2000)
     traj = TrajectoryCollector(ScriptedEngine(char, lambda c: next(turns)), char, cfg).collect(env)
     assert (traj.status, traj.reward) == (T.Status.SUCCEEDED, 1.0)

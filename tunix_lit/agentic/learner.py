@@ -31,7 +31,7 @@ from .tools import Status, Trajectory, Turn, calculator_env, sum_tasks
 from .trajectory import EpisodeConfig, TrajectoryCollector
 from ..rl.grpo import GRPOConfig, GRPOLearner
 from ..rl.learner import RLTrainingConfig, policy_logps, skip_rows
-from ..sft.trainer import LossOutput
+from ..sft.core import LossOutput
 
 # %% ../../nbs/53_agentic_learner.ipynb #d4e78030
 def _is_call(turn: Turn) -> bool:
@@ -353,7 +353,7 @@ def calculator_setup(cfg: dict, progress_bar: bool):
                                 progress_bar=progress_bar)
     learner = AgenticGRPOLearner(cluster, getattr(optax, opt["name"])(opt["learning_rate"]), training,
                                  GRPOConfig(**cfg["grpo"]), agentic_cfg,
-                                 make_env=lambda task: calculator_env(task, max_steps=ep["max_steps"]))
+                                 make_env=lambda task: calculator_env(task, max_turns=ep["max_steps"]))
     t = cfg["task"]
     held = {f"{t['digits']}-digit": sum_tasks(t["heldout_size"], t["digits"], seed=t["heldout_seed"]),
             f"{t['easy_digits']}-digit": sum_tasks(t["heldout_size"], t["easy_digits"], seed=t["heldout_seed"])}

@@ -723,7 +723,7 @@ class Environment(Protocol):
     """What the collect engine needs from an environment."""
 
     task: dict
-    max_steps: int  # model turns the episode may take
+    max_turns: int  # model turns the episode may take
 
     def reset(self) -> str: ...                  # the first observation: the prompt text
     def step(self, text: str) -> StepResult: ...  # read one model turn
@@ -733,14 +733,14 @@ class ToolEnv:
     """Runs the calls in a model turn; a turn without calls is the answer, scored by `reward_fn(task, answer)`."""
 
     def __init__(self, task: dict, tools: ToolManager, parser, reward_fn: Callable[[dict, str], float], *,
-                 max_steps: int = 4, observation_template: str = "{results}", prompt_key: str = "prompt"):
+                 max_turns: int = 4, observation_template: str = "{results}", prompt_key: str = "prompt"):
         if prompt_key not in task:
             raise KeyError(f"task has no {prompt_key!r} (keys: {sorted(task)}); set prompt_key")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1; got {max_steps}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1; got {max_turns}")
         self.task, self.tools, self.reward_fn = task, tools, reward_fn
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
-        self.max_steps, self.template, self.prompt_key = max_steps, observation_template, prompt_key
+        self.max_turns, self.template, self.prompt_key = max_turns, observation_template, prompt_key
 
     def reset(self) -> str:
         """The task's prompt."""
@@ -772,7 +772,7 @@ def exact_match(task: dict, answer: str) -> float:
     return float(answer.strip() == task["answer"])
 
 
-def calculator_env(task: dict, max_steps: int = 3, timeout_s: float = 5.0) -> ToolEnv:
+def calculator_env(task: dict, max_turns: int = 3, timeout_s: float = 5.0) -> ToolEnv:
     """The tiny world's environment: the calculator, the tiny call format, exact match."""
     return ToolEnv(task, ToolManager([Calculator()], timeout_s), TinyParser(), exact_match,
-                   max_steps=max_steps)
+                   max_turns=max_turns)

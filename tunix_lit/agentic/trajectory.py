@@ -151,8 +151,8 @@ def collect(self: TrajectoryCollector, env, seed: int = 0, group_id=None, pair_i
     except ValueError as e:  # the environment wrote text the model's vocabulary cannot spell
         return end(Status.FAILED, f"reset: the prompt cannot be tokenised: {e}")
     context, used = traj.prompt_tokens.tolist(), 0
-    for index in range(env.max_steps + 1):
-        if index == env.max_steps:
+    for index in range(env.max_turns + 1):
+        if index == env.max_turns:
             return end(Status.MAX_STEPS_REACHED)
         room = self.room(len(traj.prompt_tokens), used)
         if room <= 0:

@@ -25,8 +25,8 @@ from ..models import transformer as tfm
 from . import algo_core, common
 from .cluster import RLCluster, Rollout
 from .learner import RLLearner, check_algo_inputs, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
-from .learner import loss_gap_metric
-from ..sft.trainer import LossOutput
+from .learner import loss_gap_metric, slice_rows
+from ..sft.core import LossOutput
 
 # %% ../../nbs/32_grpo.ipynb #c6d90007
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +94,6 @@ def gspo_config(**overrides) -> GRPOConfig:
     return GRPOConfig(**{"loss_algo": "gspo-token", **overrides})
 
 # %% ../../nbs/32_grpo.ipynb #3694c609
-def _slice(batch: dict, idx) -> dict:
-    """The rows `idx` (a slice or a boolean mask) of every array in a batch dict."""
-    return {k: v[idx] for k, v in batch.items()}
-
-
 class GRPOLearner(RLLearner):
     """GRPO (and DAPO, Dr.GRPO, GSPO-token through GRPOConfig) on an RLCluster."""
 
@@ -166,14 +161,14 @@ def _split(self: GRPOLearner, batch, keep_groups, chunk, metrics):
     G, n = self.num_generations, self.sizes.train_micro * self.num_generations
     if not self.algo.dynamic_sampling:
         N = batch["advantages"].shape[0]
-        return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
+        return [slice_rows(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
     keep = np.repeat(keep_groups, G)
     metrics["groups/dropped"] = float((~keep_groups).sum())
-    self._carry_over.append(_slice(batch, keep))
+    self._carry_over.append(slice_rows(batch, keep))
     merged = {k: np.concatenate([b[k] for b in self._carry_over]) for k in batch}
     full = merged["advantages"].shape[0] // n * n
-    self._carry_over = [_slice(merged, slice(full, None))]
-    return [_slice(merged, slice(i, i + n)) for i in range(0, full, n)], metrics
+    self._carry_over = [slice_rows(merged, slice(full, None))]
+    return [slice_rows(merged, slice(i, i + n)) for i in range(0, full, n)], metrics
 
 
 @patch

@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['EXAMPLE_FIELDS', 'GAP_METRIC', 'RLTrainingConfig', 'BatchSizes', 'resolve_batch_sizes', 'RewardError',
            'call_reward_fn', 'compute_rewards', 'check_algo_inputs', 'example_to_batch', 'batch_to_example',
-           'RLTrainer', 'RLResult', 'RLLearner', 'repeat_rows', 'policy_logps', 'loss_gap_metric', 'skip_rows']
+           'RLTrainer', 'RLResult', 'RLLearner', 'repeat_rows', 'slice_rows', 'policy_logps', 'loss_gap_metric',
+           'skip_rows']
 
 # %% ../../nbs/31_rl_learner.ipynb #d22d2229
 # Follows upstream Tunix's RLLearner in its batch cascade, G-fold adjacent repetition, producer
@@ -36,7 +37,7 @@ from ..models import transformer as tfm
 from . import common
 from .cluster import RLCluster, Role, Rollout
 from ..rollout.sync import max_logp_gap
-from ..sft import trainer as sft
+from ..sft import core
 
 # %% ../../nbs/31_rl_learner.ipynb #2ab3b653
 @dataclasses.dataclass(frozen=True)
@@ -183,15 +184,14 @@ def batch_to_example(batch: dict) -> common.TrainExample:
     return common.TrainExample(**{k: batch.get(k) for k in EXAMPLE_FIELDS})
 
 # %% ../../nbs/31_rl_learner.ipynb #f7d89b66
-class RLTrainer(sft.PeftTrainer):
-    """The PeftTrainer driven one optimizer update at a time by an RL learner, on TrainExample batches."""
+class RLTrainer(core.TrainerCore):
+    """Chapter 17's trainer core driven one optimizer update at a time by an RL learner, on TrainExample batches."""
 
     def __init__(self, model, optimizer, *, loss_fn: Callable, accumulation: int, mesh=None, donate: bool = True,
                  seed: int = 0, trainable: str = "auto"):
-        config = sft.TrainingConfig(max_steps=1, gradient_accumulation_steps=accumulation, progress_bar=False,
-                                    log_every_n_steps=1, seed=seed)
         # donate=False when another role reads the actor's arrays: new parameters then go to new buffers
-        super().__init__(model, optimizer, config, loss_fn=loss_fn, mesh=mesh, trainable=trainable, donate=donate)
+        super().__init__(model, optimizer, loss_fn=loss_fn, accumulation=accumulation, mesh=mesh, seed=seed,
+                         trainable=trainable, donate=donate)
 
 # %% ../../nbs/31_rl_learner.ipynb #f1568ce3
 @patch
@@ -250,10 +250,10 @@ class RLLearner:
         self.trainers = {"actor": self.trainer}  # name -> RLTrainer, each updated on every mini-batch
         self.step = 0  # global steps done
         self.data_position = 0  # dataset rows consumed
-        self.metrics = sft.MetricsLog(config.log_dir)
+        self.metrics = core.MetricsLog(config.log_dir)
         self._checkpointer = None
         if config.checkpoint_dir is not None:
-            from tunix_lit.sft import checkpoint  # chapter 62
+            from tunix_lit.sft import checkpoint  # chapter 18
 
             self._checkpointer = checkpoint.Checkpointer(config.checkpoint_dir, max_to_keep=config.max_to_keep)
         self._stop_reason: Optional[str] = None
@@ -265,7 +265,7 @@ class RLLearner:
         """Prompts (dataset rows) -> train micro-batches (dicts of arrays) and host metrics."""
         raise NotImplementedError
 
-    def loss_fn(self, model, batch: dict, rng) -> sft.LossOutput:
+    def loss_fn(self, model, batch: dict, rng) -> core.LossOutput:
         """Loss of one train micro-batch as a LossOutput (a sum and its weight)."""
         raise NotImplementedError
 
@@ -280,6 +280,11 @@ def repeat_rows(rows: Sequence[dict], G: int) -> tuple[list[str], dict]:
     prompts = [r["prompt"] for r in rows for _ in range(G)]
     columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
     return prompts, columns
+
+
+def slice_rows(batch: dict, idx) -> dict:
+    """The rows `idx` (a slice or a boolean mask) of every array in a batch dict: how algorithms cut micro-batches."""
+    return {k: v[idx] for k, v in batch.items()}
 
 
 def policy_logps(model, batch: dict, *, temperature: float, entropy: bool, group_size: int = 1):

@@ -31,7 +31,8 @@ from . import algo_core, common
 from . import cluster as rl_cluster
 from .cluster import RLCluster, Role
 from .learner import RLLearner, check_algo_inputs, RLTrainer, RLTrainingConfig, compute_rewards, policy_logps, repeat_rows
-from ..sft.trainer import LossOutput
+from .learner import slice_rows
+from ..sft.core import LossOutput
 
 # %% ../../nbs/33_ppo.ipynb #49b80773
 class ValueModel(nnx.Module):
@@ -131,11 +132,6 @@ def ppo_advantages(scores: jax.Array, values: jax.Array, mask: jax.Array, *, old
     return adv, returns, rewards
 
 # %% ../../nbs/33_ppo.ipynb #95c9b3a5
-def _slice(batch: dict, idx) -> dict:
-    """The rows `idx` (a slice) of every array in a batch dict."""
-    return {k: v[idx] for k, v in batch.items()}
-
-
 class PPOLearner(RLLearner):
     """PPO on an RLCluster with a critic: per-token GAE advantages, clipped policy and value losses."""
 
@@ -161,7 +157,7 @@ class PPOLearner(RLLearner):
         self.trainers["critic"] = self.critic_trainer
         self._critic_checkpointer = None
         if config.checkpoint_dir is not None:
-            from tunix_lit.sft import checkpoint  # chapter 62
+            from tunix_lit.sft import checkpoint  # chapter 18
 
             self._critic_checkpointer = checkpoint.Checkpointer(Path(config.checkpoint_dir) / "critic",
                                                                 max_to_keep=config.max_to_keep)
@@ -197,7 +193,7 @@ def make_experience(self: PPOLearner, rows, step, chunk):
         metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
                                                                       **columns)))
     n, N = sizes.train_micro, len(prompts)
-    return [_slice(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
+    return [slice_rows(batch, slice(i, i + n)) for i in range(0, N, n)], metrics
 
 # %% ../../nbs/33_ppo.ipynb #5154912d
 @patch

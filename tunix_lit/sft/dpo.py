@@ -201,28 +201,14 @@ def reference_logps(model, batch: dict) -> dict:
     return {"ref_chosen_logps": lp["chosen"].reshape(lead), "ref_rejected_logps": lp["rejected"].reshape(lead)}
 
 # %% ../../nbs/63_dpo.ipynb #c1bee8ca
-def _is_integer(x) -> bool:
-    return np.issubdtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype, np.integer)
-
-
 def validate_preference_batch(batch, max_seq_len: Optional[int] = None, *, where: str = "batch") -> dict:
     """Check a preference batch: prompt [B, P] (left-padded), chosen/rejected [B, C] (right-padded), 0/1 masks, optional ref log-probs [B]."""
-    if not isinstance(batch, dict):
-        raise TypeError(f"{where} must be a dict with keys {PAIR_KEYS} (+ optional {REFERENCE_KEYS}), "
-                        f"got {type(batch).__name__}")
-    missing = [k for k in PAIR_KEYS if k not in batch]
-    unknown = sorted(set(batch) - set(PAIR_KEYS) - set(REFERENCE_KEYS))
-    if missing or unknown:
-        raise ValueError(f"{where} has keys {sorted(batch)}: missing {missing}, unknown {unknown}; expected "
-                         f"{list(PAIR_KEYS)} plus optionally {list(REFERENCE_KEYS)} (both or neither)")
+    peft.check_batch_keys(batch, PAIR_KEYS, REFERENCE_KEYS, where=where, note=" (both or neither)")
     refs = [k for k in REFERENCE_KEYS if k in batch]
     if len(refs) == 1:
         raise ValueError(f"{where} has {refs[0]!r} but not the other; give both of {list(REFERENCE_KEYS)} or neither")
     for key in ("prompt_tokens", "chosen_tokens", "rejected_tokens"):
-        if np.ndim(batch[key]) != 2:
-            raise ValueError(f"{where}[{key!r}] must be [batch, seq], got shape {np.shape(batch[key])}")
-        if not _is_integer(batch[key]):
-            raise TypeError(f"{where}[{key!r}] must hold integer ids, got dtype {np.asarray(batch[key]).dtype}")
+        peft.check_token_ids(batch, key, where=where)
     (B, P), C = np.shape(batch["prompt_tokens"]), np.shape(batch["chosen_tokens"])[1]
     expected = dict(prompt_mask=(B, P), chosen_tokens=(B, C), chosen_mask=(B, C), rejected_tokens=(B, C),
                     rejected_mask=(B, C), **{k: (B,) for k in refs})
