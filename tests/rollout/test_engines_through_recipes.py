@@ -1,5 +1,5 @@
 """Every engine built the way users build it: through RLCluster (chapter 21) and through a recipe's
-`rollout.engine=...` (chapter 71), against the strict fakes for vLLM and SGLang-JAX; and per engine, what a
+`rollout.engine=...` (chapter 70), against the strict fakes for vLLM and SGLang-JAX; and per engine, what a
 multi-process job gets (the vanilla engine runs; the others are refused before any model loads)."""
 import json
 import sys
