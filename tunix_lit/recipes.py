@@ -170,6 +170,7 @@ def cli_layer(overrides: Sequence[str]) -> dict:
     return out
 
 
+# %% ../nbs/70_recipes.ipynb #65b4e0f3
 def env_layer(environ=None, top_level: Sequence[str] = ()) -> dict:
     """TUNIX_LIT_<SECTION>__<KEY>=value variables as a nested dict; TUNIX_LIT_<KEY> only for a top-level recipe key."""
     environ = os.environ if environ is None else environ
@@ -343,9 +344,9 @@ def build_mesh(spec: dict):
     return tfm.make_mesh(fsdp=fsdp, tp=tp)
 
 
-def load_model(name: str, mesh=None, dtype=None):
-    """(model, tokenizer) for 'tiny', a real model's name or .gguf file, or an HF checkpoint directory."""
-    if name == "tiny":
+def load_model(name: Optional[str] = "tiny", mesh=None, dtype=None):
+    """(model, tokenizer) for 'tiny' (or None), a real model's name or .gguf file, or an HF checkpoint directory."""
+    if name is None or name == "tiny":  # the embedded default, as `tunix-lit generate` without --model asks
         from tunix_lit.models import tiny
 
         model, tok = tiny.load(mesh)
@@ -467,6 +468,7 @@ def batches(arrays: dict, size: int, *, cycle: bool = True):
             return
 
 
+# %% ../nbs/70_recipes.ipynb #d2469e22
 def _max_new_tokens(launch: Launch) -> int:
     r = launch.recipe
     if r["eval"]["max_new_tokens"]:
@@ -792,6 +794,51 @@ def plot_curve(launch: Launch, before: dict, after: dict, path) -> None:
     plt.close(fig)
 
 # %% ../nbs/70_recipes.ipynb #584b5c52
+def _before(launch, run_dir: Path, writer: bool) -> dict:
+    """The held-out figures before training: measured once, then read from before.json when the run resumes."""
+    from tunix_lit import distributed
+
+    before_file = run_dir / "before.json"
+    if distributed.agree(before_file.exists()):  # evaluation is collective: every process takes the same branch
+        return json.loads(before_file.read_text()) if writer else {}
+    before = evaluate(launch)
+    if writer:
+        before_file.write_text(json.dumps(before))
+    return before
+
+
+def _train(launch):
+    """Run the launch's trainer: RL over the training rows cycled forever, the others over their batches."""
+    if launch.recipe.family != "rl":
+        return launch.trainer.train(launch.extras["train_batches"])
+
+    def forever(rows):
+        while True:
+            yield from rows
+
+    return launch.trainer.train(forever(launch.train_rows), eval_dataset=launch.heldout_rows)
+
+
+def _run_figure(launch, before: dict, after: dict, log) -> dict:
+    """The summary's `figure` entry: the family's own figure before and after (PPO adds its critic's loss)."""
+    r, trainer = launch.recipe, launch.trainer
+    key, label = FIGURES[r.family]
+    if r.family in ("rl", "distill"):
+        pair = _first_last(trainer, key, run_dir=log)
+        figure = {"name": label, "before": pair and pair[0], "after": pair and pair[1]}
+    else:
+        figure = {"name": label, "before": before.get("figure"), "after": after["figure"]}
+    if r["algorithm"] == "ppo":
+        pair = _first_last(trainer, "critic/loss", run_dir=log)
+        figure["critic_value_loss"] = {"first": pair and pair[0], "last": pair and pair[1]}
+    return figure
+
+
+# %% ../nbs/70_recipes.ipynb #280dbd06
+def _accuracy_text(m: dict) -> str:
+    return "n/a" if m.get("accuracy") is None else f"{m['accuracy']:.1%}"
+
+
 def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     """Build and run a resolved recipe in its run directory; returns the summary (also written to summary.json)."""
     t_start = time.perf_counter()
@@ -804,50 +851,24 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
     from tunix_lit import distributed
 
     # with several JAX processes all compute, process 0 alone writes and prints (run_dir: a filesystem all see)
-    writer = distributed.is_writer()
-    run_dir = Path(recipe["run_dir"])
+    writer, run_dir, r = distributed.is_writer(), Path(recipe["run_dir"]), recipe
     if writer:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(recipe.to_yaml())
     launch = build(recipe, progress_bar=progress_bar, log=out if writer else None)
-    trainer, r = launch.trainer, recipe
-    resumed = trainer.restore_checkpoint()
-    before_file = run_dir / "before.json"
-    if distributed.agree(before_file.exists()):  # evaluation is collective: every process takes the same branch
-        before = json.loads(before_file.read_text()) if writer else {}
-    else:
-        before = evaluate(launch)
-        if writer:
-            before_file.write_text(json.dumps(before))
-    if not writer:
-        out = io.StringIO()  # the other processes' report goes nowhere
-    acc = lambda m: "n/a" if m.get("accuracy") is None else f"{m['accuracy']:.1%}"
-    print(f"held-out accuracy before: {acc(before)} ({len(launch.heldout_rows)} rows)"
-          + (f"; resuming at step {trainer.step}" if resumed else ""), file=out)
+    resumed = launch.trainer.restore_checkpoint()
+    before = _before(launch, run_dir, writer)
+    out = out if writer else io.StringIO()  # the other processes' report goes nowhere
+    print(f"held-out accuracy before: {_accuracy_text(before)} ({len(launch.heldout_rows)} rows)"
+          + (f"; resuming at step {launch.trainer.step}" if resumed else ""), file=out)
     t_train = time.perf_counter()
-    if r.family == "rl":
-        def forever(rows):
-            while True:
-                yield from rows
-
-        result = trainer.train(forever(launch.train_rows), eval_dataset=launch.heldout_rows)
-    else:
-        result = trainer.train(launch.extras["train_batches"])
+    result = _train(launch)
     train_s = time.perf_counter() - t_train
     after = final_evaluation(launch, result)
     if writer:
         plot_curve(launch, before, after, run_dir / "curve.png")
-    trainer.close()  # flushes metrics.jsonl, which the figures below read: a resumed run's log holds the whole run
-    log = run_dir if writer else None
-    key, label = FIGURES[r.family]
-    if r.family in ("rl", "distill"):
-        pair = _first_last(trainer, key, run_dir=log)
-        figure = {"name": label, "before": pair and pair[0], "after": pair and pair[1]}
-    else:
-        figure = {"name": label, "before": before.get("figure"), "after": after["figure"]}
-    if r["algorithm"] == "ppo":
-        pair = _first_last(trainer, "critic/loss", run_dir=log)
-        figure["critic_value_loss"] = {"first": pair and pair[0], "last": pair and pair[1]}
+    launch.trainer.close()  # flushes metrics.jsonl, which the figure reads: a resumed run's log holds the whole run
+    figure = _run_figure(launch, before, after, run_dir if writer else None)
     gain = None if before.get("accuracy") is None else after["accuracy"] - before["accuracy"]
     summary = {"algorithm": r["algorithm"], "model": r["model"], "lora": r["lora"], "steps": result.step,
                "stop_reason": result.stop_reason, "heldout_accuracy_before": before.get("accuracy"),
@@ -858,10 +879,11 @@ def run_recipe(recipe: Recipe, *, progress_bar: bool = True, out=None) -> dict:
                "last_train_metrics": result.metrics}
     if writer:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    print(f"held-out accuracy after {result.step} steps: {acc(after)}"
-          + (f" ({gain:+.1%})" if gain is not None else "") + f"; {label}: {figure['before']} -> "
+    print(f"held-out accuracy after {result.step} steps: {_accuracy_text(after)}"
+          + (f" ({gain:+.1%})" if gain is not None else "") + f"; {figure['name']}: {figure['before']} -> "
           f"{figure['after']}; run directory {run_dir}", file=out)
     return summary
+
 
 # %% ../nbs/70_recipes.ipynb #c09fe00d
 def _one_process_only(recipe: Recipe) -> None:
