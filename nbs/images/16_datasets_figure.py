@@ -10,7 +10,7 @@ BOXES = [  # (x, y, w, h, text, highlighted)
     (260, 90, 170, 40, "resolve_function", True),
     (480, 10, 180, 40, "require_columns", True),
     (480, 90, 180, 40, "fn(prompts, completions, **cols)", False),
-    (260, 160, 400, 40, "a recipe's trainer (chapter 70)", False),
+    (260, 160, 400, 40, "a recipe's trainer (chapter 71)", False),
 ]
 ARROWS = [((210, 30), (260, 30)), ((210, 110), (260, 110)), ((430, 30), (480, 30)), ((430, 110), (480, 110)),
           ((570, 50), (500, 160)), ((570, 130), (560, 160))]
