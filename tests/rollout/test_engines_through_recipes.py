@@ -1,5 +1,5 @@
 """Every engine built the way users build it: through RLCluster (chapter 21) and through a recipe's
-`rollout.engine=...` (chapter 71), against the strict fakes for vLLM and SGLang-JAX; and per engine, what a
+`rollout.engine=...` (chapter 72), against the strict fakes for vLLM and SGLang-JAX; and per engine, what a
 multi-process job gets (the vanilla engine runs; the others are refused before any model loads)."""
 import json
 import sys
@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from tunix_lit import recipes
+from tunix_lit import recipe_build, recipes
 from tunix_lit.models import tiny
 from tunix_lit.rl.cluster import RLCluster, RolloutConfig
 from tunix_lit.rollout import engines
@@ -67,7 +67,7 @@ def test_a_multi_process_job_is_refused_before_any_model_loads(fakes, engine, mo
     """jax.process_count() > 1: the rollout config refuses hf / vllm / sglang_jax by name; no model is loaded."""
     pytest.importorskip("torch", reason="the hf engine needs torch") if engine == "hf" else None
     loaded = []
-    monkeypatch.setattr(recipes, "load_model", lambda *a, **k: loaded.append(1))
+    monkeypatch.setattr(recipe_build, "load_model", lambda *a, **k: loaded.append(1))
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     recipe = recipes.resolve_recipe(ROOT / "recipes" / "grpo_tiny.yaml", [f"rollout.engine={engine}"])
     with pytest.raises(ValueError, match=f"rollout engine '{engine}' runs in one process.*process_count\\(\\)=2"):

@@ -1,4 +1,4 @@
-"""Source of 71_recipes.svg: a recipe's four layers merged, then the objects of a launch in build order (run: python 71_recipes_figure.py)."""
+"""Source of 72_recipes.svg: a recipe's four layers merged, then the objects of a launch in build order (run: python 72_recipes_figure.py)."""
 from pathlib import Path
 
 import boxes_svg
@@ -26,4 +26,4 @@ def svg() -> str:
 
 
 if __name__ == "__main__":
-    Path(__file__).with_name("71_recipes.svg").write_text(svg())
+    Path(__file__).with_name("72_recipes.svg").write_text(svg())

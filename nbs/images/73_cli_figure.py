@@ -1,6 +1,6 @@
-"""Draws nbs/images/70_recipes_cli.svg: the `tunix-lit` command and what its subcommands call.
+"""Draws nbs/images/73_cli.svg: the `tunix-lit` command and what its subcommands call.
 
-    python nbs/images/70_recipes_cli_figure.py      # from the repository root
+    python nbs/images/73_cli_figure.py      # from the repository root
 """
 from pathlib import Path
 
@@ -43,7 +43,7 @@ def main():
     box(ax, 5.3, 1.4, 1.9, 0.6, "config", THIS, "RECIPE key=value …")
     box(ax, 5.3, 0.5, 1.9, 0.6, "train", THIS, "RECIPE … [--dry-run]")
     box(ax, 7.9, 2.3, 2.2, 0.6, "Sampler", OTHER, "chapter 14")
-    box(ax, 7.9, 0.95, 2.2, 0.9, "tunix_lit.recipes", OTHER, "resolve / build / run (ch. 71)")
+    box(ax, 7.9, 0.95, 2.2, 0.9, "tunix_lit.recipes", OTHER, "resolve / build / run (ch. 70-72)")
     arrow(ax, 1.85, 1.4, 2.2, 1.4)
     arrow(ax, 4.0, 1.55, 4.35, 2.2)
     arrow(ax, 4.0, 1.4, 4.35, 1.4)
@@ -53,7 +53,7 @@ def main():
     arrow(ax, 6.25, 0.5, 6.8, 0.8)
     ax.text(0.1, 0.05, "blue: tunix_lit.cli (this chapter);  grey: other chapters",
             fontsize=7.5, color="#555")
-    fig.savefig(HERE / "70_recipes_cli.svg", bbox_inches="tight")
+    fig.savefig(HERE / "73_cli.svg", bbox_inches="tight")
 
 
 if __name__ == "__main__":
