@@ -30,8 +30,6 @@ ALLOWED = {
     ("tunix_lit.rollout.engines", "tunix_lit.rollout.sync"):
         "rollout engines (40) import HfEngine from weight sync (41), inside a function: the one import cycle; "
         "fixed when HfEngine moves out of the sync module",
-    ("tunix_lit.cli", "tunix_lit.recipes"):
-        "the CLI (70) runs recipes (71); fixed by numbering the recipes before the CLI",
 }
 
 
