@@ -229,11 +229,14 @@ def test_every_tiny_recipe_raises_heldout_accuracy(name, tmp_path):
 
 
 def test_agentic_recipe_resolves_with_its_own_sections_and_checks_them():
-    r = resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_steps=2"], environ={})
-    assert r.family == "agentic" and r["episode"]["max_steps"] == 2 and r.source("episode.max_steps") == "cli"
+    r = resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_turns=2"], environ={})
+    assert r.family == "agentic" and r["episode"]["max_turns"] == 2 and r.source("episode.max_turns") == "cli"
+    # an episode counts model turns; the old name (the trainer's word for global steps) says where it went
+    with pytest.raises(ValueError, match="did you mean 'max_turns'"):
+        resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_steps=2"], environ={})
     assert r.source("episode.timeout_s") == "default"
-    with pytest.raises(ValueError, match="did you mean 'max_steps'"):
-        resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_stps=2"], environ={})
+    with pytest.raises(ValueError, match="did you mean 'max_turns'"):
+        resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", ["episode.max_trns=2"], environ={})
 
 
 def test_agentic_dry_run_lists_every_object_with_tools_and_episode_settings_and_takes_no_step(tmp_path):
@@ -242,7 +245,7 @@ def test_agentic_dry_run_lists_every_object_with_tools_and_episode_settings_and_
 
     from tunix_lit.agentic.learner import calculator_asset_dir
 
-    overrides = [f"run_dir={tmp_path / 'a'}", "episode.max_steps=2", "agentic.max_concurrency=4",
+    overrides = [f"run_dir={tmp_path / 'a'}", "episode.max_turns=2", "agentic.max_concurrency=4",
                  "task.heldout_size=12"]
     out = io.StringIO()
     launch = recipes.dry_run(resolve_recipe(RECIPES / "agentic_calc_tiny.yaml", overrides, environ={}), out=out)

@@ -233,7 +233,7 @@ def build_agentic(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Lau
     t = launch.tokenizer
     launch.add("tokenizer", f"{type(getattr(t, 'backend', t)).__name__}, {t.vocab_size:,} ids, eos {t.eos_id}, pad {t.pad_id}")
     a = learner.agentic
-    launch.add("episode", f"{learner.collector.config!r}; at most {cfg['episode']['max_steps']} model turns")
+    launch.add("episode", f"{learner.collector.config!r}; at most {cfg['episode']['max_turns']} model turns")
     launch.add("agentic", ", ".join(f"{f.name}={getattr(a, f.name)!r}" for f in dataclasses.fields(a)
                                     if f.name != "episode"))
     env = learner.make_env(held[hard][0])  # a sample environment: what every episode's environment offers

@@ -303,7 +303,7 @@ CALCULATOR_DEFAULTS = {
     "optimizer": {"name": "adam", "learning_rate": 3e-4},
     "rollout": {"max_new_tokens": 16, "max_prompt_length": 48, "temperature": 1.0, "seed": 0,
                 "engine": "vanilla"},  # a name in tunix_lit.rollout.engines.ENGINES: vanilla, hf, vllm, sglang_jax
-    "episode": {"max_response_tokens": 32, "max_context": 64, "max_steps": 3, "timeout_s": 60.0},
+    "episode": {"max_response_tokens": 32, "max_context": 64, "max_turns": 3, "timeout_s": 60.0},
     "agentic": {"prompt_length": 16, "max_concurrency": 8, "max_groups_ahead": 16, "max_off_policy_steps": 0,
                 "filter_overlong": True},
     "training": {"batch_size": 8, "max_steps": 45, "eval_every_n_steps": 15, "save_every_n_steps": 30},
@@ -353,7 +353,7 @@ def calculator_setup(cfg: dict, progress_bar: bool):
                                 progress_bar=progress_bar)
     learner = AgenticGRPOLearner(cluster, getattr(optax, opt["name"])(opt["learning_rate"]), training,
                                  GRPOConfig(**cfg["grpo"]), agentic_cfg,
-                                 make_env=lambda task: calculator_env(task, max_turns=ep["max_steps"]))
+                                 make_env=lambda task: calculator_env(task, max_turns=ep["max_turns"]))
     t = cfg["task"]
     held = {f"{t['digits']}-digit": sum_tasks(t["heldout_size"], t["digits"], seed=t["heldout_seed"]),
             f"{t['easy_digits']}-digit": sum_tasks(t["heldout_size"], t["easy_digits"], seed=t["heldout_seed"])}
