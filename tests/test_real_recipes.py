@@ -60,17 +60,11 @@ def tiny_gemma(tmp_path_factory):
     import sys
 
     sys.path.insert(0, str(ROOT / "tests" / "models"))
-    from hf_fixtures import save_hf_checkpoint
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from hf_fixtures import save_hf_checkpoint, save_word_tokenizer
 
     path = tmp_path_factory.mktemp("gemma3")
     save_hf_checkpoint("gemma3", path, max_position_embeddings=2048)
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>"] + [str(i) for i in range(40)] + ["+", "="])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>",
-                                                            "pad_token": "<pad>", "unk_token": "<unk>"}))
+    save_word_tokenizer(path, [str(i) for i in range(40)] + ["+", "="])
     return path
 
 

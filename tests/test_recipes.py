@@ -143,8 +143,7 @@ def _gsm8k_like(path: Path, n: int) -> Path:
 def tiny_gemma(tmp_path_factory):
     """A tiny random Gemma 3 checkpoint (transformers) with a word-level tokenizer.json of the same vocabulary size."""
     sys.path.insert(0, str(ROOT / "tests" / "models"))
-    from hf_fixtures import save_hf_checkpoint
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from hf_fixtures import save_hf_checkpoint, save_word_tokenizer
 
     path = tmp_path_factory.mktemp("gemma3")
     save_hf_checkpoint("gemma3", path, max_position_embeddings=2048)
@@ -152,12 +151,7 @@ def tiny_gemma(tmp_path_factory):
                                                    "the problem. Think step by step between <reasoning> and "
                                                    "</reasoning>, then give only final number <answer> </answer>."
                     .split()})
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>"] + words[:250])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>",
-                                                            "pad_token": "<pad>", "unk_token": "<unk>"}))
+    save_word_tokenizer(path, words[:250])
     return path
 
 

@@ -69,6 +69,20 @@ def save_hf_checkpoint(family: str, path, seed: int = 0, max_shard_size=None, **
     return model
 
 
+def save_word_tokenizer(path, words) -> None:
+    """A word-level tokenizer.json (+ tokenizer_config.json) over <pad> <eos> <bos> <unk> and `words`, in `path`."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>"] + list(words))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>",
+                                                            "pad_token": "<pad>", "unk_token": "<unk>"}))
+
+
 def load_transformers(path) -> torch.nn.Module:
     """`AutoModelForCausalLM.from_pretrained(path)` in float32, eager attention, eval mode."""
     return transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager",
