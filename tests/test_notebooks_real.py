@@ -42,10 +42,20 @@ NOTEBOOKS = [p for p in sorted((ROOT / "nbs").glob("[0-9]*.ipynb"))
 RUNNER = """
 import sys
 from pathlib import Path
+import execnb.shell
 import fastcore.xtras
 import nbdev.test
 nbs = Path(sys.argv[2])
 nbdev.test.working_directory = lambda _: fastcore.xtras.working_directory(nbs)  # run in nbs/, not the copy's folder
+_cell = execnb.shell.CaptureShell.cell
+
+
+def cell(self, c, *args, **kwargs):  # name each cell as it starts, so a run killed for memory says where
+    print(f"cell {c.get('id')}", file=sys.stderr, flush=True)
+    return _cell(self, c, *args, **kwargs)
+
+
+execnb.shell.CaptureShell.cell = cell
 ok, secs = nbdev.test.test_nb(Path(sys.argv[1]), skip_flags=['slow'], do_print=True)
 print(f"seconds: {secs:.1f}")
 sys.exit(0 if ok else 1)
@@ -70,4 +80,4 @@ def test_notebook_runs_on_gemma(nb, tmp_path):
     env = dict(os.environ, MPLBACKEND="Agg")
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(copy), str(nb.parent)],
                           cwd=nb.parent, env=env, capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, f"{nb.name} failed with MODEL={REAL!r}:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, f"{nb.name} failed with MODEL={REAL!r}:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}\n(exit status {proc.returncode}; -9: killed, usually for memory)"
