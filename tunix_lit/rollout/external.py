@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 import jax
 import ml_dtypes
 import numpy as np
+from fastcore.basics import patch
 from flax import nnx
 
 from ..models import loader
@@ -285,6 +286,7 @@ def _row_seeds(seed: int, n: int) -> list:
     return [int(np.random.SeedSequence([int(seed), row]).generate_state(1)[0] >> 1) for row in range(n)]
 
 
+# %% ../../nbs/42_external_engines.ipynb #4b1e7c22
 class ExternalEngine:
     """What VllmEngine and SglangJaxEngine share: config directory, dtype, the sync outline, generate."""
 
@@ -313,35 +315,43 @@ class ExternalEngine:
     def _source_params(self, actor: nnx.Module) -> dict:
         return wsync.actor_params(actor)  # our paths -> float arrays, LoRA merged (chapter 41)
 
-    def sync_weights(self, actor: nnx.Module) -> SyncReport:
-        """Push the actor's current weights (LoRA merged) into the engine's weight state."""
-        t0 = time.perf_counter()
-        tensors = map_to_engine(self._source_params(actor), self.mapping, self._targets(), self._head_dim())
-        self._before_write()
-        self._write(tensors)
-        self._after_write()
-        self.last_sync = SyncReport(sum(a.nbytes for a in tensors.values()), time.perf_counter() - t0, len(tensors), ())
-        return self.last_sync
 
-    def sync_bytes(self, actor: nnx.Module) -> int:
-        """Bytes one sync writes: every engine tensor, in the engine's dtype and padded layout."""
-        return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self._targets().values())
+# %% ../../nbs/42_external_engines.ipynb #4b1e7c24
+@patch
+def sync_weights(self: ExternalEngine, actor: nnx.Module) -> SyncReport:
+    """Push the actor's current weights (LoRA merged) into the engine's weight state."""
+    t0 = time.perf_counter()
+    tensors = map_to_engine(self._source_params(actor), self.mapping, self._targets(), self._head_dim())
+    self._before_write()
+    self._write(tensors)
+    self._after_write()
+    self.last_sync = SyncReport(sum(a.nbytes for a in tensors.values()), time.perf_counter() - t0, len(tensors), ())
+    return self.last_sync
 
-    def generate(self, prompt_ids: Sequence[np.ndarray], max_new_tokens: int, *, temperature: float,
-                 top_k: Optional[int] = None, top_p: Optional[float] = None, seed: int = 0,
-                 stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
-        """Complete each int32 prompt row; per generated id its log-prob under softmax(logits / temperature)."""
-        prompt_ids = [np.asarray(p, np.int32) for p in prompt_ids]
-        longest = max(len(p) for p in prompt_ids)
-        if longest > self.max_prompt_length:
-            raise ValueError(f"a prompt has {longest} ids, more than max_prompt_length={self.max_prompt_length}")
-        stops = tuple(int(s) for s in (self.eos_ids if stop_tokens is None else stop_tokens))
-        rows = self._generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                              seeds=_row_seeds(seed, len(prompt_ids)), stops=stops)
-        tokens = [np.asarray(t, np.int32) for t, _, _ in rows]
-        finished = np.asarray([f for _, _, f in rows], bool)
-        text = [self.tokenizer.decode([int(i) for i in (t[:-1] if f else t)]) for t, f in zip(tokens, finished)]
-        return EngineOutput(tokens, [np.asarray(lp, np.float32) for _, lp, _ in rows], text, finished)
+@patch
+def sync_bytes(self: ExternalEngine, actor: nnx.Module) -> int:
+    """Bytes one sync writes: every engine tensor, in the engine's dtype and padded layout."""
+    return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self._targets().values())
+
+
+# %% ../../nbs/42_external_engines.ipynb #4b1e7c26
+@patch
+def generate(self: ExternalEngine, prompt_ids: Sequence[np.ndarray], max_new_tokens: int, *, temperature: float,
+             top_k: Optional[int] = None, top_p: Optional[float] = None, seed: int = 0,
+             stop_tokens: Optional[Sequence[int]] = None) -> EngineOutput:
+    """Complete each int32 prompt row; per generated id its log-prob under softmax(logits / temperature)."""
+    prompt_ids = [np.asarray(p, np.int32) for p in prompt_ids]
+    longest = max(len(p) for p in prompt_ids)
+    if longest > self.max_prompt_length:
+        raise ValueError(f"a prompt has {longest} ids, more than max_prompt_length={self.max_prompt_length}")
+    stops = tuple(int(s) for s in (self.eos_ids if stop_tokens is None else stop_tokens))
+    rows = self._generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seeds=_row_seeds(seed, len(prompt_ids)), stops=stops)
+    tokens = [np.asarray(t, np.int32) for t, _, _ in rows]
+    finished = np.asarray([f for _, _, f in rows], bool)
+    text = [self.tokenizer.decode([int(i) for i in (t[:-1] if f else t)]) for t, f in zip(tokens, finished)]
+    return EngineOutput(tokens, [np.asarray(lp, np.float32) for _, lp, _ in rows], text, finished)
+
 
 # %% ../../nbs/42_external_engines.ipynb #81d1d041
 class VllmEngine(ExternalEngine):
