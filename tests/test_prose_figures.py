@@ -128,9 +128,6 @@ def test_a_before_after_pair_typed_outside_a_marker_is_found(tmp_path):
 # Prose files still holding typed before -> after results, with how many. New prose must mark its
 # figures (or, in a notebook, render them from the cell's values), so a count may only fall.
 UNMARKED_CLAIMS_LEFT = {
-    "chapters/00_run_it_first.md": 17,
-    "chapters/40_rollout_backends.md": 2,
-    "nbs/00_run_it_first.ipynb": 2,
     "nbs/13b_tiny_world.ipynb": 1,
     "nbs/14_sampler.ipynb": 1,
 }
