@@ -100,7 +100,7 @@ def _layer_kinds(hf_types, sliding_window) -> tuple[Optional[tuple[str, ...]], O
         return None, None
     return kinds, int(sliding_window)
 
-# %% ../../nbs/12_loader.ipynb #b6cb26b9
+# %% ../../nbs/12_loader.ipynb #76028f04
 def _llama_fields(hf: dict) -> dict:
     # transformers 5 writes `rope_parameters`; older files `rope_theta` + `rope_scaling` (which wins if both exist)
     rope = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
@@ -118,7 +118,7 @@ def _qwen3_fields(hf: dict) -> dict:
         raise ValueError("qwen3 with both sliding-window layers and rope scaling is not supported")
     return fields
 
-
+# %% ../../nbs/12_loader.ipynb #9aca13c7
 def _gemma3_fields(hf: dict) -> dict:
     params = dict(hf.get("rope_parameters") or {})
     if params and not {"full_attention", "sliding_attention"} & set(params):
@@ -140,7 +140,7 @@ def _gemma3_fields(hf: dict) -> dict:
                 query_scale=float(hf["query_pre_attn_scalar"]) ** -0.5,
                 final_logit_softcap=hf["final_logit_softcapping"])
 
-
+# %% ../../nbs/12_loader.ipynb #46c5cb92
 _FAMILY_FIELDS = {"llama3": _llama_fields, "qwen3": _qwen3_fields, "gemma3": _gemma3_fields}
 
 
@@ -166,7 +166,7 @@ def config_from_hf(hf_config: dict) -> ModelConfig:
         max_position=int(hf["max_position_embeddings"]), dtype=dtype, param_dtype=dtype,
         **_FAMILY_FIELDS[family](hf))
 
-# %% ../../nbs/12_loader.ipynb #297c84b3
+# %% ../../nbs/12_loader.ipynb #b0c0ee97
 def _rope_to_hf(scaling: Optional[RopeScaling]) -> Optional[dict]:
     if scaling is None:
         return None
@@ -203,7 +203,7 @@ def _gemma3_to_hf(cfg: ModelConfig) -> dict:
 
 _HF_WRITERS = {"llama3": _llama_to_hf, "qwen3": _qwen3_to_hf, "gemma3": _gemma3_to_hf}
 
-
+# %% ../../nbs/12_loader.ipynb #49e5fb4c
 def _canonical(cfg: ModelConfig) -> ModelConfig:
     """Resolve fields with two spellings of one meaning (None vs the value it stands for)."""
     local = "local" in (cfg.layer_types or ())
@@ -300,7 +300,7 @@ TRANSFORMS = {
                          lambda w, c: w.transpose(2, 0, 1).reshape(-1, c.num_heads * c.head_dim)),
 }
 
-# %% ../../nbs/12_loader.ipynb #0c49e380
+# %% ../../nbs/12_loader.ipynb #51eac19a
 _SHARED = [  # (HF key, our state path, transform); {i} is the layer index
     ("model.embed_tokens.weight", "embedder.embedding", "copy"),
     ("model.norm.weight", "final_norm.scale", "copy"),
@@ -332,7 +332,7 @@ _KEY_RENAMES = [(r"^language_model\.model\.", "model."), (r"^model\.language_mod
                 (r"^language_model\.lm_head\.", "lm_head.")]
 _SKIPPED = re.compile(r"^(model\.)?(vision_tower|multi_modal_projector)\.")  # gemma3's image encoder
 
-
+# %% ../../nbs/12_loader.ipynb #76e63572
 def _template_regex(template: str) -> re.Pattern:
     return re.compile(re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
 
@@ -366,7 +366,7 @@ def key_map(family: str) -> KeyMap:
         raise ValueError(f"no name table for family {family!r}; choose one of: {', '.join(KEY_MAPS)}")
     return KeyMap(tuple(KEY_MAPS[family]))
 
-# %% ../../nbs/12_loader.ipynb #5c5269e7
+# %% ../../nbs/12_loader.ipynb #98dc255c
 def _path_str(path: tuple) -> str:
     return ".".join(str(p) for p in path)
 
@@ -401,7 +401,7 @@ def _place(view: np.ndarray, sharding: jax.sharding.Sharding, dtype) -> jax.Arra
     """A device array with `sharding`; each device's block is copied (and cast) from the file view on its own."""
     return jax.make_array_from_callback(view.shape, sharding, lambda idx: np.array(view[idx], dtype=dtype))
 
-
+# %% ../../nbs/12_loader.ipynb #2b9de812
 def load_hf(path: Union[str, Path], mesh: Optional[jax.sharding.Mesh] = None, dtype=None) -> Transformer:
     """A Transformer filled from the HF checkpoint directory `path`, on `mesh` (else one device), params cast to `dtype`."""
     path = Path(path)
@@ -432,7 +432,7 @@ def load_hf(path: Union[str, Path], mesh: Optional[jax.sharding.Mesh] = None, dt
         leaves.append((p, var.replace(_place(view, shardings[p], var.get_value().dtype))))
     return nnx.merge(graphdef, nnx.from_flat_state(leaves))
 
-# %% ../../nbs/12_loader.ipynb #6fffe860
+# %% ../../nbs/12_loader.ipynb #c7ca2b22
 def _byte_size(size: Union[int, str]) -> int:
     """Bytes in an int or a string such as '5GB', '200MB', '64KB' (decimal units, as transformers reads them)."""
     if isinstance(size, int):
@@ -454,7 +454,7 @@ def _plan_shards(sizes: dict[str, int], limit: int) -> list[list[str]]:
         used += size
     return shards + [current] if current else shards
 
-
+# %% ../../nbs/12_loader.ipynb #4249a852
 def _write_checkpoint(directory: Path, params: dict, shards: list, cfg: ModelConfig, hf_config: dict) -> None:
     """Safetensors file(s), the index when sharded, and config.json into `directory`; one shard on the host at a time."""
     files = ["model.safetensors"] if len(shards) == 1 else [
@@ -469,7 +469,7 @@ def _write_checkpoint(directory: Path, params: dict, shards: list, cfg: ModelCon
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
 
-
+# %% ../../nbs/12_loader.ipynb #64529fa2
 def save_hf(model: Transformer, path: Union[str, Path], max_shard_size: Union[int, str] = "5GB", *,
             overwrite: bool = False) -> Path:
     """Write `model` as a HF checkpoint directory: config.json plus safetensors, sharded above `max_shard_size`."""

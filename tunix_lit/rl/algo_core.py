@@ -164,7 +164,7 @@ def clipped_surrogate(log_ratio: jax.Array, advantages: jax.Array, *, epsilon: f
         loss = jnp.where(advantages < 0, dual, loss)
     return loss, is_clipped
 
-# %% ../../nbs/30_algo_core.ipynb #845b1403
+# %% ../../nbs/30_algo_core.ipynb #07d17940
 def _check_policy_args(logps, old_logps, advantages, mask, ref_logps, beta, epsilon, epsilon_high, epsilon_c):
     shape = np.shape(logps)
     if len(shape) != 2:
@@ -185,7 +185,7 @@ def _check_policy_args(logps, old_logps, advantages, mask, ref_logps, beta, epsi
     if beta and ref_logps is None:
         raise ValueError(f"beta={beta} asks for a KL penalty but ref_logps is None; pass reference log-probs or beta=0")
 
-
+# %% ../../nbs/30_algo_core.ipynb #6ecbf51a
 def _policy_loss(logps, old_logps, advantages, mask, *, sequence_ratio, epsilon, epsilon_high, epsilon_c, ref_logps,
                  beta, kl_estimator, kl_clamp, entropy, entropy_coef, loss_agg_mode, norm, token_weights):
     _check_policy_args(logps, old_logps, advantages, mask, ref_logps, beta, epsilon, epsilon_high, epsilon_c)
