@@ -41,7 +41,7 @@ def _defaults_of(cls, skip=(), **overrides) -> dict:
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return {**out, **overrides}
 
-# %% ../nbs/70_recipe_schema.ipynb #fd5cec42
+# %% ../nbs/70_recipe_schema.ipynb #c632c51a
 def default_recipe(algorithm: str = "grpo") -> dict:
     """The package defaults for `algorithm`: every section and key a recipe for it may set."""
     if algorithm not in FAMILIES:
@@ -69,36 +69,46 @@ def default_recipe(algorithm: str = "grpo") -> dict:
         "mesh": {"fsdp": 1, "tp": 1},  # fsdp -1 = every device present (divided by tp)
     }
     if family == "rl":
-        from tunix_lit.rl import grpo, ppo
-        from tunix_lit.rl.cluster import RolloutConfig
-        from tunix_lit.rl.learner import RLTrainingConfig
-
-        recipe["reference"] = None  # 'actor' = a frozen snapshot of the start (needed when beta > 0)
-        recipe["rollout"] = _defaults_of(RolloutConfig)
-        recipe["training"] = _defaults_of(RLTrainingConfig, skip=("log_dir", "checkpoint_dir", "progress_bar"),
-                                          batch_size=16, max_steps=100, eval_every_n_steps=50, save_every_n_steps=50)
-        if algorithm == "ppo":
-            recipe["optimizer"]["critic_learning_rate"] = None  # None = the actor's learning rate
-            recipe["ppo"] = dataclasses.asdict(ppo.PPOConfig())
-        else:
-            make = {"grpo": grpo.GRPOConfig, "dapo": grpo.dapo_config, "drgrpo": grpo.drgrpo_config,
-                    "gspo": grpo.gspo_config}[algorithm]
-            recipe["grpo"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(make()).items()}
+        _add_rl_sections(recipe, algorithm)
     else:
-        from tunix_lit.sft.trainer import TrainingConfig
-
-        recipe["training"] = _defaults_of(TrainingConfig, skip=("log_dir", "checkpoint_dir", "progress_bar",
-                                                                "data_axes"),
-                                          batch_size=64, max_steps=100, eval_every_n_steps=None)
-        if family == "dpo":
-            recipe["reference"] = None if algorithm == "orpo" else "actor"  # 'actor' = a second load of `model`
-            recipe["dpo"] = {"loss_type": {"dpo": "sigmoid", "ipo": "ipo", "orpo": "orpo"}[algorithm], "beta": 0.1,
-                             "label_smoothing": 0.0, "lambda_orpo": 0.1, "train_problems": 2048, "seed": 0}
-        if family == "distill":
-            recipe["distill"] = {"teacher": "tiny", "temperature": 2.0, "alpha": 0.5,
-                                 "student": {"embed_dim": 64, "hidden_dim": 160, "num_layers": 2, "num_heads": 4,
-                                             "num_kv_heads": 2, "head_dim": 16, "seed": 0}}
+        _add_trainer_sections(recipe, algorithm, family)
     return recipe
+
+# %% ../nbs/70_recipe_schema.ipynb #e08132f2
+def _add_rl_sections(recipe: dict, algorithm: str) -> None:
+    """The RL algorithms' own sections: reference, rollout, training and the loss's (grpo or ppo)."""
+    from tunix_lit.rl import grpo, ppo
+    from tunix_lit.rl.cluster import RolloutConfig
+    from tunix_lit.rl.learner import RLTrainingConfig
+
+    recipe["reference"] = None  # 'actor' = a frozen snapshot of the start (needed when beta > 0)
+    recipe["rollout"] = _defaults_of(RolloutConfig)
+    recipe["training"] = _defaults_of(RLTrainingConfig, skip=("log_dir", "checkpoint_dir", "progress_bar"),
+                                      batch_size=16, max_steps=100, eval_every_n_steps=50, save_every_n_steps=50)
+    if algorithm == "ppo":
+        recipe["optimizer"]["critic_learning_rate"] = None  # None = the actor's learning rate
+        recipe["ppo"] = dataclasses.asdict(ppo.PPOConfig())
+    else:
+        make = {"grpo": grpo.GRPOConfig, "dapo": grpo.dapo_config, "drgrpo": grpo.drgrpo_config,
+                "gspo": grpo.gspo_config}[algorithm]
+        recipe["grpo"] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(make()).items()}
+
+# %% ../nbs/70_recipe_schema.ipynb #2e81af4f
+def _add_trainer_sections(recipe: dict, algorithm: str, family: str) -> None:
+    """The SFT trainer's training section, and the sections of its dpo and distill families."""
+    from tunix_lit.sft.trainer import TrainingConfig
+
+    recipe["training"] = _defaults_of(TrainingConfig, skip=("log_dir", "checkpoint_dir", "progress_bar",
+                                                            "data_axes"),
+                                      batch_size=64, max_steps=100, eval_every_n_steps=None)
+    if family == "dpo":
+        recipe["reference"] = None if algorithm == "orpo" else "actor"  # 'actor' = a second load of `model`
+        recipe["dpo"] = {"loss_type": {"dpo": "sigmoid", "ipo": "ipo", "orpo": "orpo"}[algorithm], "beta": 0.1,
+                         "label_smoothing": 0.0, "lambda_orpo": 0.1, "train_problems": 2048, "seed": 0}
+    if family == "distill":
+        recipe["distill"] = {"teacher": "tiny", "temperature": 2.0, "alpha": 0.5,
+                             "student": {"embed_dim": 64, "hidden_dim": 160, "num_layers": 2, "num_heads": 4,
+                                         "num_kv_heads": 2, "head_dim": 16, "seed": 0}}
 
 # %% ../nbs/70_recipe_schema.ipynb #33f141e9
 def _nearest(key: str, valid: Sequence[str]) -> str:

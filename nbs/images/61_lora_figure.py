@@ -32,7 +32,7 @@ def main():
              'font-family="Helvetica, Arial, sans-serif" font-size="12">',
              '<defs><marker id="a" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
              '<path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>']
-    parts += box(10, 30, 160, 60, "Transformer", ["10_model · 12_checkpoints", "13b_tiny_world"], OTHER)
+    parts += box(10, 30, 160, 60, "Transformer", ["10_model · 12_loader", "13b_tiny_world"], OTHER)
     parts += box(200, 20, 180, 80, "apply_lora", ["qwix LoraProvider", "A, B as nnx.LoRAParam", "QLoRA: nf4 / int8 base"],
                  THIS)
     parts += box(410, 30, 140, 60, "PeftTrainer", ["60_peft_trainer", "wrt = nnx.LoRAParam"], OTHER)

@@ -286,7 +286,7 @@ class SandboxResult:
 class SandboxUnavailable(RuntimeError):
     """The sandbox could not be set up (no bubblewrap and no namespaces, rlimits refused): nothing was run."""
 
-# %% ../../nbs/50_tools.ipynb #830617e2
+# %% ../../nbs/50_tools.ipynb #a5eb00e1
 _SETUP_FAILED = "tunix_lit-sandbox-setup-failed"
 _NOBODY = 65534
 SANDBOX_HOME = "/home/sandbox"
@@ -309,7 +309,7 @@ os.write(ready, b"ok"); os.close(ready)
 os.execv(sys.executable, [sys.executable, "-I", "main.py"])
 """.replace("MARK", _SETUP_FAILED)
 
-
+# %% ../../nbs/50_tools.ipynb #b62b3f01
 def _visible(python: str) -> list:
     """What the sandbox shows, read-only: /usr (the /bin, /lib... links to it) and the interpreter's install."""
     shown = ["/usr"] + [d for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64") if os.path.isdir(d)
@@ -323,7 +323,7 @@ def _visible(python: str) -> list:
         shown.append(prefix)  # an interpreter outside /usr (pyenv, conda): its own tree, nothing beside it
     return shown
 
-
+# %% ../../nbs/50_tools.ipynb #694df382
 _KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219}  # the keyctl syscall's number
 
 
@@ -336,7 +336,7 @@ def _launch_args(python: str, ready_fd: int, limits: SandboxLimits) -> list:
     return [python, "-I", "-S", "-c", _LAUNCHER, str(ready_fd), str(limits.cpu_s), str(limits.memory_mb * mb),
             str(limits.file_mb * mb), str(limits.processes), str(_KEYCTL[machine])]
 
-
+# %% ../../nbs/50_tools.ipynb #a5afce9b
 @functools.lru_cache(maxsize=4)
 def _bwrap_can_disable_userns(bwrap: str) -> bool:
     """Whether this bubblewrap (0.8 and later) has --disable-userns."""
@@ -360,9 +360,9 @@ def _bwrap_command(bwrap: str, python: str, code_fd: int, ready_fd: int, limits:
              "--file", str(code_fd), "/tmp/main.py", "--remount-ro", "/", "--chdir", "/tmp"]
     return args + _launch_args(python, ready_fd, limits)
 
-# %% ../../nbs/50_tools.ipynb #a7c3e1d1
+# %% ../../nbs/50_tools.ipynb #89536ce9
 # Where bubblewrap is missing: the same view built by hand, in a new user namespace the caller may create.
-_NAMESPACES = r"""
+_NS_ENTER = r"""
 import ctypes, json, os, signal, sys
 spec = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
@@ -386,7 +386,11 @@ if child:
     os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 if libc.prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG: die with the bootstrap
     fail("cannot tie the sandbox to its parent")
-mount(None, "/", None, REC | PRIVATE)
+"""
+
+# %% ../../nbs/50_tools.ipynb #bdcb8ca0
+# Then a new root, built from read-only binds and sized tmpfs mounts, and pivoted into.
+_NS_ROOT = r"""mount(None, "/", None, REC | PRIVATE)
 root = "/tmp"  # a fresh tmpfs over it, seen only in this mount namespace, becomes the new root
 mount("tmpfs", root, "tmpfs", NOSUID | NODEV, "size=1m,mode=755")
 for path in spec["ro"]:
@@ -413,7 +417,11 @@ os.chdir(root)
 if libc.syscall(spec["pivot_root"], b".", b".") != 0 or libc.umount2(b".", 2) != 0:  # 2: MNT_DETACH
     fail("cannot make the new root")
 os.chdir("/")
-mount(None, "/", None, REMOUNT | BIND | RDONLY | NOSUID | NODEV)
+"""
+
+# %% ../../nbs/50_tools.ipynb #ca43aeed
+# Finally: no new privileges, no capabilities, and PID 1 waiting on the program.
+_NS_RUN = r"""mount(None, "/", None, REMOUNT | BIND | RDONLY | NOSUID | NODEV)
 libc.sethostname(b"sandbox", 7)
 if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
     fail("cannot forbid new privileges")
@@ -428,7 +436,10 @@ while True:  # PID 1 reaps orphans until the program ends, then ends, and everyt
     pid, status = os.wait()
     if pid == main:
         os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-""".replace("MARK", _SETUP_FAILED)
+"""
+_NAMESPACES = (_NS_ENTER + _NS_ROOT + _NS_RUN).replace("MARK", _SETUP_FAILED)
+
+# %% ../../nbs/50_tools.ipynb #76af9092
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
 
@@ -471,7 +482,7 @@ def find_bwrap() -> Optional[str]:
     """Bubblewrap's path, or None where it is not installed."""
     return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/bin/bwrap") if os.access(p, os.X_OK)), None)
 
-# %% ../../nbs/50_tools.ipynb #a7c3e1d3
+# %% ../../nbs/50_tools.ipynb #d21f8fbf
 BACKENDS = ("bubblewrap", "namespaces")
 
 
@@ -482,7 +493,7 @@ def _read(f, chars: int, tail: bool = False) -> str:
     text = f.read(4 * chars).decode("utf-8", "replace")
     return text[-chars:] if tail else text[:chars]
 
-
+# %% ../../nbs/50_tools.ipynb #4215f349
 def run_code(code: str, limits: SandboxLimits = SandboxLimits(), backend: Optional[str] = None) -> SandboxResult:
     """Run Python `code` in a sandbox (bubblewrap where installed, else our namespaces); never unsandboxed."""
     if not isinstance(code, str):

@@ -130,7 +130,7 @@ def arith_accuracy(prompts: Sequence[str], completions: Sequence[str], answer: S
     """1.0 where the completion's leading integer is the answer, else 0.0 (the arithmetic task's accuracy)."""
     return [float(arith.is_correct(c, a)) for c, a in zip(completions, answer)]
 
-# %% ../../nbs/16_datasets.ipynb #64a86d39
+# %% ../../nbs/16_datasets.ipynb #0df5356b
 GSM8K_INSTRUCTION = ("Solve the problem. Think step by step between <reasoning> and </reasoning>, then give only "
                      "the final number between <answer> and </answer>.")
 _FINAL = re.compile(r"####\s*(.+)\s*$")
@@ -153,7 +153,7 @@ def gsm8k_rows(rows: Sequence[dict]) -> list[dict]:
         out.append({"prompt": gsm8k_prompt(r["question"]), "answer": m.group(1).replace(",", "").strip()})
     return out
 
-
+# %% ../../nbs/16_datasets.ipynb #8214db9c
 def _number(text: str) -> Optional[float]:
     m = _NUMBER.search(text or "")
     if m is None:
@@ -172,7 +172,7 @@ def gsm8k_sft_rows(rows: Sequence[dict]) -> list[dict]:
         out.append({"prompt": g["prompt"], "answer": f"<reasoning>{steps}</reasoning>\n<answer>{g['answer']}</answer>"})
     return out
 
-
+# %% ../../nbs/16_datasets.ipynb #c7cb7335
 def _reference_number(text: str) -> Optional[float]:
     m = re.search(r"<answer>(.+?)</answer>", text, re.DOTALL)  # an SFT target carries its number in the tag
     return _number(m.group(1) if m else text)

@@ -19,6 +19,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from fastcore.basics import patch
 from flax import nnx
 from flax import struct
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -40,10 +41,9 @@ class RopeScaling:
         if self.factor < 1.0:
             raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}")
 
-# %% ../../nbs/10_model.ipynb #12a9cef3
+# %% ../../nbs/10_model.ipynb #6808b10d
 FAMILIES = ("gemma3", "qwen3", "llama3")
 ACTIVATIONS = ("silu", "gelu_tanh")
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -77,44 +77,55 @@ class ModelConfig:
     param_dtype: str = "float32"  # parameter storage dtype
 
     def __post_init__(self):
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown family {self.family!r}; choose one of: {', '.join(FAMILIES)}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of: {', '.join(ACTIVATIONS)}")
-        for name in ("vocab_size", "embed_dim", "hidden_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
-        if self.layer_types is not None:
-            if len(self.layer_types) != self.num_layers:
-                raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
-            bad = sorted(set(self.layer_types) - {"global", "local"})
-            if bad:
-                raise ValueError(f"unknown layer type(s) {bad}; choose from: global, local")
-            if "local" in self.layer_types and not self.sliding_window:
-                raise ValueError("local layers need a positive sliding_window")
-        for name in ("dtype", "param_dtype"):
-            jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
+        self._validate()  # below: one check per field
 
-    def layer_type(self, i: int) -> str:
-        """'global' or 'local' for layer i."""
-        return "global" if self.layer_types is None else self.layer_types[i]
+# %% ../../nbs/10_model.ipynb #f8d92a68
+@patch
+def _validate(self: ModelConfig):
+    """Raise ValueError (TypeError for a dtype) naming the first field that cannot work."""
+    if self.family not in FAMILIES:
+        raise ValueError(f"unknown family {self.family!r}; choose one of: {', '.join(FAMILIES)}")
+    if self.activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {self.activation!r}; choose one of: {', '.join(ACTIVATIONS)}")
+    for name in ("vocab_size", "embed_dim", "hidden_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
+        if getattr(self, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+    if self.num_heads % self.num_kv_heads:
+        raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+    if self.head_dim % 2:
+        raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+    if self.layer_types is not None:
+        if len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+        bad = sorted(set(self.layer_types) - {"global", "local"})
+        if bad:
+            raise ValueError(f"unknown layer type(s) {bad}; choose from: global, local")
+        if "local" in self.layer_types and not self.sliding_window:
+            raise ValueError("local layers need a positive sliding_window")
+    for name in ("dtype", "param_dtype"):
+        jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
 
-    def replace(self, **changes) -> "ModelConfig":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+# %% ../../nbs/10_model.ipynb #4fa40f40
+@patch
+def layer_type(self: ModelConfig, i: int) -> str:
+    """'global' or 'local' for layer i."""
+    return "global" if self.layer_types is None else self.layer_types[i]
 
-    @classmethod
-    def from_name(cls, name: str, **overrides) -> "ModelConfig":
-        """A named preset (see PRESETS), optionally with fields overridden."""
-        if name not in PRESETS:
-            near = difflib.get_close_matches(name, PRESETS, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ValueError(f"unknown model preset {name!r}{hint}; choose one of: {', '.join(sorted(PRESETS))}")
-        return PRESETS[name](**overrides)
+
+@patch
+def replace(self: ModelConfig, **changes) -> "ModelConfig":
+    """A copy with some fields changed (validated again)."""
+    return dataclasses.replace(self, **changes)
+
+
+@patch(cls_method=True)
+def from_name(cls: ModelConfig, name: str, **overrides) -> "ModelConfig":
+    """A named preset (see PRESETS), optionally with fields overridden."""
+    if name not in PRESETS:
+        near = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"unknown model preset {name!r}{hint}; choose one of: {', '.join(sorted(PRESETS))}")
+    return PRESETS[name](**overrides)
 
 # %% ../../nbs/10_model.ipynb #5931424b
 def gemma3_layer_types(num_layers: int, period: int = 6) -> tuple[str, ...]:
@@ -282,7 +293,7 @@ class KVCache:
         rep = lambda a: jnp.repeat(a, n, axis=0)
         return self.replace(k=tuple(map(rep, self.k)), v=tuple(map(rep, self.v)))
 
-# %% ../../nbs/10_model.ipynb #ce0fc781
+# %% ../../nbs/10_model.ipynb #952ab065
 def make_attention_mask(key_mask: Optional[jax.Array], batch: int, num_queries: int, num_keys: int,
                         start: jax.Array | int = 0) -> jax.Array:
     """Causal ∧ key-valid mask bool [B, T, S] for queries at slots start..start+T-1; key_mask bool [B, S] or None."""
@@ -298,7 +309,7 @@ def write_slots(cache: jax.Array, new: jax.Array, index) -> jax.Array:
     """The cache [B, K, C, H] with new rows [B, K, T, H] written at slots index..index+T-1 (in place under jit)."""
     return jax.lax.dynamic_update_slice_in_dim(cache, new.astype(cache.dtype), index, axis=2)
 
-
+# %% ../../nbs/10_model.ipynb #e3b8682d
 class Attention(nnx.Module):
     """Grouped-query self-attention with optional q/k norm, sliding window and KV-cache update."""
 
@@ -322,42 +333,44 @@ class Attention(nnx.Module):
         self.rope = nnx.static((theta, None if self.local else cfg.rope_scaling))
         self.cfg = nnx.static(cfg)
 
-    def __call__(self, x, positions, mask, kv=None, index=None, append_last: bool = False, qkv=None):
-        """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, K, C, H] or None."""
-        cfg = self.cfg
-        B, T, _ = x.shape
-        K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-        if qkv is None:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        else:  # the three kernels side by side, one product (the sampler's CPU decode: concat_projections)
-            y = (x.reshape(B * T, -1).astype(qkv.dtype) @ qkv).reshape(B, T, -1, H)
-            q, k, v = y[:, :, :K * G], y[:, :, K * G:K * G + K], y[:, :, K * G + K:]
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        freqs = rope_frequencies(H, *self.rope)  # static: computed at trace time
-        q, k = apply_rope(q, positions, freqs), apply_rope(k, positions, freqs)
-        q = shard(q, ("batch", "seq", "q_heads", "head_dim"))
-        k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, K, T, H], as the cache holds them
-        start = 0 if kv is None else index
-        if self.local:  # band of `sliding_window` slots ending at each query's own slot
-            q_slots = start + jnp.arange(T)
-            dist = q_slots[:, None] - jnp.arange(mask.shape[-1])[None, :]
-            mask = mask & (dist < cfg.sliding_window)[None]
-        scale = cfg.query_scale if cfg.query_scale is not None else H ** -0.5
-        q = q.reshape(B, T, K, G, H)
-        if kv is not None and append_last:  # the decode step on a CPU: see attend_then_append below
-            out, kv = attend_then_append(q, k, v, *kv, mask, index, scale, cfg.attn_logit_softcap)
-            return self.o_proj(out), kv
-        if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
-            k, v = write_slots(kv[0], k, index), write_slots(kv[1], v, index)
-            kv = (k, v)
-        logits = jnp.einsum("btkgh,bksh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
-        if cfg.attn_logit_softcap:
-            logits = cfg.attn_logit_softcap * jnp.tanh(logits / cfg.attn_logit_softcap)
-        logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
-        out = jnp.einsum("bkgts,bksh->btkgh", probs, v.astype(q.dtype)).reshape(B, T, K * G, H)
+# %% ../../nbs/10_model.ipynb #cb274af7
+@patch
+def __call__(self: Attention, x, positions, mask, kv=None, index=None, append_last: bool = False, qkv=None):
+    """x [B, T, D], positions [B, T], mask bool [B, T, S]; kv = (k, v) [B, K, C, H] or None."""
+    cfg = self.cfg
+    B, T, _ = x.shape
+    K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+    if qkv is None:
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+    else:  # the three kernels side by side, one product (the sampler's CPU decode: concat_projections)
+        y = (x.reshape(B * T, -1).astype(qkv.dtype) @ qkv).reshape(B, T, -1, H)
+        q, k, v = y[:, :, :K * G], y[:, :, K * G:K * G + K], y[:, :, K * G + K:]
+    if cfg.qk_norm:
+        q, k = self.q_norm(q), self.k_norm(k)
+    freqs = rope_frequencies(H, *self.rope)  # static: computed at trace time
+    q, k = apply_rope(q, positions, freqs), apply_rope(k, positions, freqs)
+    q = shard(q, ("batch", "seq", "q_heads", "head_dim"))
+    k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # [B, K, T, H], as the cache holds them
+    start = 0 if kv is None else index
+    if self.local:  # band of `sliding_window` slots ending at each query's own slot
+        q_slots = start + jnp.arange(T)
+        dist = q_slots[:, None] - jnp.arange(mask.shape[-1])[None, :]
+        mask = mask & (dist < cfg.sliding_window)[None]
+    scale = cfg.query_scale if cfg.query_scale is not None else H ** -0.5
+    q = q.reshape(B, T, K, G, H)
+    if kv is not None and append_last:  # the decode step on a CPU: see attend_then_append below
+        out, kv = attend_then_append(q, k, v, *kv, mask, index, scale, cfg.attn_logit_softcap)
         return self.o_proj(out), kv
+    if kv is not None:  # write the new keys/values at [index, index + T) and attend over every slot
+        k, v = write_slots(kv[0], k, index), write_slots(kv[1], v, index)
+        kv = (k, v)
+    logits = jnp.einsum("btkgh,bksh->bkgts", q, k.astype(q.dtype)).astype(jnp.float32) * scale
+    if cfg.attn_logit_softcap:
+        logits = cfg.attn_logit_softcap * jnp.tanh(logits / cfg.attn_logit_softcap)
+    logits = jnp.where(mask[:, None, None], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
+    out = jnp.einsum("bkgts,bksh->btkgh", probs, v.astype(q.dtype)).reshape(B, T, K * G, H)
+    return self.o_proj(out), kv
 
 # %% ../../nbs/10_model.ipynb #b78ac5a2
 class MLP(nnx.Module):
@@ -408,7 +421,7 @@ class Block(nnx.Module):
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
         return shard(x, ("batch", "seq", "act_embed")), kv
 
-# %% ../../nbs/10_model.ipynb #c68fbb95
+# %% ../../nbs/10_model.ipynb #90ae365b
 class Transformer(nnx.Module):
     """Decoder-only LM: `model(tokens [B,T], positions [B,T], cache, attention_mask) -> (logits f32 [B,T,V], cache)`."""
 
@@ -425,51 +438,57 @@ class Transformer(nnx.Module):
                                       param_dtype=jnp.dtype(cfg.param_dtype),
                                       kernel_init=_param(nnx.initializers.lecun_normal(), ("embed", "vocab")), rngs=rngs)
 
-    def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None, cache: Optional[KVCache] = None,
-                 attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False, fused=None):
-        """Logits float32 [B, T, V] (or final hidden states [B, T, D] with return_hidden) and the updated cache."""
-        cfg = self.config
-        B, T = tokens.shape
-        start = 0 if cache is None else cache.index
-        S = T if cache is None else cache.size
-        if positions is None:
-            positions = jnp.broadcast_to(start + jnp.arange(T), (B, T))
-        if attention_mask is None or attention_mask.ndim == 2:
-            attention_mask = make_attention_mask(attention_mask, B, T, S, start)
-        x = self.embedder(tokens)
-        if cfg.scale_embeddings:
-            x = x * jnp.asarray(math.sqrt(cfg.embed_dim), x.dtype)
-        x = shard(x, ("batch", "seq", "act_embed"))
-        new_k, new_v = [], []
-        for i, block in enumerate(self.layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = block(x, positions, attention_mask, kv, start, cache is not None and cache.append_last,
-                          None if fused is None else fused[i])
-            if kv is not None:
-                new_k.append(kv[0])
-                new_v.append(kv[1])
-        new_cache = None if cache is None else cache.replace(k=tuple(new_k), v=tuple(new_v), index=cache.index + T)
-        x = self.final_norm(x)
-        if return_hidden:
-            return x, new_cache
-        return self.logits(x), new_cache
+# %% ../../nbs/10_model.ipynb #0597f700
+@patch
+def __call__(self: Transformer, tokens: jax.Array, positions: Optional[jax.Array] = None, cache: Optional[KVCache] = None,
+             attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False, fused=None):
+    """Logits float32 [B, T, V] (or final hidden states [B, T, D] with return_hidden) and the updated cache."""
+    cfg = self.config
+    B, T = tokens.shape
+    start = 0 if cache is None else cache.index
+    S = T if cache is None else cache.size
+    if positions is None:
+        positions = jnp.broadcast_to(start + jnp.arange(T), (B, T))
+    if attention_mask is None or attention_mask.ndim == 2:
+        attention_mask = make_attention_mask(attention_mask, B, T, S, start)
+    x = self.embedder(tokens)
+    if cfg.scale_embeddings:
+        x = x * jnp.asarray(math.sqrt(cfg.embed_dim), x.dtype)
+    x = shard(x, ("batch", "seq", "act_embed"))
+    new_k, new_v = [], []
+    for i, block in enumerate(self.layers):
+        kv = None if cache is None else (cache.k[i], cache.v[i])
+        x, kv = block(x, positions, attention_mask, kv, start, cache is not None and cache.append_last,
+                      None if fused is None else fused[i])
+        if kv is not None:
+            new_k.append(kv[0])
+            new_v.append(kv[1])
+    new_cache = None if cache is None else cache.replace(k=tuple(new_k), v=tuple(new_v), index=cache.index + T)
+    x = self.final_norm(x)
+    if return_hidden:
+        return x, new_cache
+    return self.logits(x), new_cache
 
-    def logits(self, x: jax.Array, kernel: Optional[jax.Array] = None) -> jax.Array:
-        """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]; `kernel` [D, V] stands in for its weights."""
-        cfg = self.config
-        lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
-        if kernel is None:
-            out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
-        else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 14)
-            out = x.astype(kernel.dtype) @ kernel
-        out = out.reshape(*lead, -1).astype(jnp.float32)
-        if cfg.final_logit_softcap:
-            out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
-        return out
+# %% ../../nbs/10_model.ipynb #8e3cc2cd
+@patch
+def logits(self: Transformer, x: jax.Array, kernel: Optional[jax.Array] = None) -> jax.Array:
+    """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]; `kernel` [D, V] stands in for its weights."""
+    cfg = self.config
+    lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
+    if kernel is None:
+        out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
+    else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 14)
+        out = x.astype(kernel.dtype) @ kernel
+    out = out.reshape(*lead, -1).astype(jnp.float32)
+    if cfg.final_logit_softcap:
+        out = cfg.final_logit_softcap * jnp.tanh(out / cfg.final_logit_softcap)
+    return out
 
-    def init_cache(self, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
-        """An empty KVCache for this model (sharded on `mesh` when given)."""
-        return KVCache.create(self.config, batch, cache_size, dtype, mesh)
+
+@patch
+def init_cache(self: Transformer, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
+    """An empty KVCache for this model (sharded on `mesh` when given)."""
+    return KVCache.create(self.config, batch, cache_size, dtype, mesh)
 
 # %% ../../nbs/10_model.ipynb #f2b6c7d8
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

@@ -254,7 +254,7 @@ def compute_kl(logps: jax.Array, ref_logps: jax.Array, estimator: str = "k3", cl
     kl = get_kl_estimator(estimator)(logps, ref_logps)
     return kl if clamp is None else jnp.clip(kl, -clamp, clamp)
 
-# %% ../../nbs/20_rl_common.ipynb #419b44b8
+# %% ../../nbs/20_rl_common.ipynb #d56a4f15
 LOSS_AGG_MODES = Registry("loss aggregation mode")
 
 
@@ -271,7 +271,7 @@ def _rows(x, mask):
     n = mask.sum(-1)
     return xm.sum(-1), n, jnp.maximum((n > 0).sum(), 1).astype(jnp.float32)  # per-row sums, counts, B≠0
 
-
+# %% ../../nbs/20_rl_common.ipynb #b6b4f1e2
 @LOSS_AGG_MODES.register("token-mean")
 def _token_mean(x, mask, norm):
     return (upcast_float(x) * mask).sum(), jnp.maximum(mask.sum(), 1.0)
@@ -299,7 +299,7 @@ def _seq_mean_token_sum(x, mask, norm):
 def _seq_mean_token_sum_norm(x, mask, norm):
     return (upcast_float(x) * mask).sum(), jnp.float32(_norm(norm, x.shape[0]))
 
-
+# %% ../../nbs/20_rl_common.ipynb #67fed6ea
 def aggregate_loss_parts(x: jax.Array, mask: jax.Array, mode: str, *, norm: Optional[float] = None):
     """Per-token values x [B, T] and mask [B, T] -> (numerator, denominator) scalars (float32, or float64 for float64 x)."""
     if np.shape(x) != np.shape(mask) or np.ndim(x) != 2:

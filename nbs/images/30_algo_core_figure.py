@@ -1,6 +1,6 @@
-"""Draws nbs/images/30_advantages.svg: from rewards to a scalar loss, where advantages and policy losses sit.
+"""Draws nbs/images/30_algo_core.svg: from rewards to a scalar loss, where advantages and policy losses sit.
 
-    python nbs/images/30_advantages_figure.py      # from the repository root
+    python nbs/images/30_algo_core_figure.py      # from the repository root
 """
 from mpl_boxes import HERE, MONO, OTHER, THIS, box, plt
 from mpl_boxes import arrow as _arrow
@@ -33,7 +33,7 @@ def main():
     box(ax, 9.4, 1.7, 1.8, 0.8, "aggregate_loss", OTHER, "chapter 20 → scalar")
     arrow(ax, 7.8, 1.7, 8.5, 1.7, "[B,T]")
     ax.text(0.1, 0.02, "blue: tunix_lit.rl.algo_core (this chapter);  grey: other chapters", fontsize=7.5, color="#555")
-    fig.savefig(HERE / "30_advantages.svg", bbox_inches="tight")
+    fig.savefig(HERE / "30_algo_core.svg", bbox_inches="tight")
 
 
 if __name__ == "__main__":
