@@ -64,6 +64,8 @@ def main(argv=None) -> int:
         secs = time.perf_counter() - t
         error = any(o.get("output_type") == "error" for o in c.get("outputs", []))
         cells.append({"id": c.get("id"), "seconds": round(secs, 2), "error": error})
+        write_nb(nb, a.out / a.notebook.name)  # after every cell: a run cut off by a time limit keeps what it did
+        (a.out / f"{a.notebook.stem}.cells.json").write_text(json.dumps(cells, indent=1))
         print(f"cell {c.get('id')}: {secs:.1f} s{' ERROR' if error else ''}", file=sys.stderr, flush=True)
         if error:
             failed = c.get("id")
