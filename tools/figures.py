@@ -41,8 +41,9 @@ _KEY_PART = re.compile(r"([^.\[\]]+)|\[(-?\d+)\]")
 
 
 def prose_files(root: Path = ROOT) -> list:
-    """Every file whose prose may state a figure: README.md, CONTRIBUTING.md, chapters/*.md, nbs/*.ipynb."""
-    files = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "chapters").glob("*.md")),
+    """Every file whose prose may state a figure: README.md, CONTRIBUTING.md, benchmarks/README.md, chapters/*.md, nbs/*.ipynb."""
+    files = [root / "README.md", root / "CONTRIBUTING.md", root / "benchmarks" / "README.md",
+             *sorted((root / "chapters").glob("*.md")),
              *sorted((root / "nbs").glob("*.ipynb"))]
     return [f for f in files if f.exists()]
 
