@@ -91,7 +91,7 @@ def test_vanilla_apart_sync_moves_the_trainable_bytes_and_then_matches(tiny_mode
 
 
 def test_vanilla_decode_copies_option_reaches_the_sampler_and_changes_no_sample(tiny_model):
-    """decode_copies=False (no per-call weight copies, chapter 14) samples what the default does; other options fail."""
+    """decode_copies=False (no per-call weight copies, chapter 15) samples what the default does; other options fail."""
     model, tok = tiny_model
     kw = dict(max_prompt_length=8, max_new_tokens=6)
     on, off = (engines.make_engine("vanilla", model, tok, decode_copies=c, **kw) for c in (True, False))
