@@ -36,7 +36,7 @@ from flax import nnx
 from ..models import transformer as tfm
 from . import common
 from .cluster import RLCluster, Role, Rollout
-from ..rollout.sync import max_logp_gap
+from ..rollout.base import max_logp_gap
 from ..sft import core
 
 # %% ../../nbs/31_rl_learner.ipynb #2ab3b653
