@@ -84,7 +84,7 @@ def main(argv=None):
     else:
         from tunix_lit import runtime
 
-        runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 15)
+        runtime.tune_host_allocator()  # before the profiler starts JAX's threads (chapter 14)
         bench = __import__({"sampler": "sampler", "sft": "sft_step", "grpo": "grpo_step"}[args.bench])
         bench_argv = rest
     import jax

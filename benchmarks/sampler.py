@@ -145,7 +145,7 @@ def main(argv=None):
     apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     from tunix_lit import runtime
 
-    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
+    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 14); a no-op elsewhere
     t0 = time.perf_counter()
     import jax
     import numpy as np
@@ -193,7 +193,7 @@ def main(argv=None):
         import_s=round(import_s, 3), build_s=round(build_s, 3),
         first_call_s=round(first_s, 4), compile_s_est=round(first_s - med, 4),
         compiles=dict(sampler.traces),
-        decode_compiler_options=sampler.compiler_options,  # the per-CPU rule's pick (chapter 15)
+        decode_compiler_options=sampler.compiler_options,  # the per-CPU rule's pick (chapter 14)
         repeat_s=[round(x, 4) for x in times], median_call_s=round(med, 4),
         tokens_per_s=round(tokens_per_s, 1),
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

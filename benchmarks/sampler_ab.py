@@ -8,11 +8,11 @@ variant's gain is the median of its per-round time ratios against the first vari
   python benchmarks/sampler_ab.py --batch 32 --calls 12 --lora-rank 8 --variants merge,no-merge
   python benchmarks/sampler_ab.py --batch 8 --calls 16 --variants ynnpack,eigen
 
-Variants: `copies` (the default `Sampler`: chapter 14's per-call copies), `no-copies` (`decode_copies=False`),
+Variants: `copies` (the default `Sampler`: chapter 15's per-call copies), `no-copies` (`decode_copies=False`),
 and with `--lora-rank` > 0 (rank-r adapters on all seven projections, B drawn at random so they matter)
 `merge` (`decode_merge` = chapter 41's `merged_decoder`, what the vanilla engine passes for a LoRA actor) and
 `no-merge` (the adapters' products inside the loop); `ynnpack` and `eigen` (the default `Sampler` compiled with
-`TUNIX_LIT_DECODE_DOTS` set that way, chapter 15's override of its per-CPU kernel rule). The merge is made on a
+`TUNIX_LIT_DECODE_DOTS` set that way, chapter 14's override of its per-CPU kernel rule). The merge is made on a
 CPU off a mesh only, as the sampler does, unless `--any-backend` lifts that condition to measure it on an
 accelerator. The model flags are `sampler.py`'s. Prints one JSON line:
 per variant tokens/s (median call), the paired median gain with its middle half, whether every sampled row
@@ -57,7 +57,7 @@ def main(argv=None):
     args, model_args = parse_args(argv)
     from tunix_lit import runtime
 
-    runtime.tune_host_allocator()  # as the benchmarks and the CLI do (chapter 15)
+    runtime.tune_host_allocator()  # as the benchmarks and the CLI do (chapter 14)
     import jax
     import numpy as np
     from flax import nnx
@@ -67,7 +67,7 @@ def main(argv=None):
     from tunix_lit.rollout.sync import merged_decoder
 
     Sampler = sampler_module.Sampler
-    if args.any_backend:  # lift chapter 14's CPU-only condition on the merge (and only on it) for this process
+    if args.any_backend:  # lift chapter 15's CPU-only condition on the merge (and only on it) for this process
         sampler_module.decode_model = lambda model, merge: model if merge is None else merge(model)
 
     model = create_model(bench.model_config(model_args), seed=model_args.seed)

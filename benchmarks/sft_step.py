@@ -183,7 +183,7 @@ def main(argv=None):
     apply_max_isa(args.max_isa)  # before JAX reads XLA_FLAGS
     from tunix_lit import runtime
 
-    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 15); a no-op elsewhere
+    runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 14); a no-op elsewhere
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
     t0 = time.perf_counter()
     import jax  # noqa: F401

@@ -22,9 +22,11 @@ def test_package_equals_fresh_export(tmp_path):
     for name in ("nbs", "settings.ini", "setup.py", "README.md"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    # the package init and non-exported files (assets) are not produced by export; start from them
+    # the package inits (tunix_lit's, and rollout's that loads the engines so they register) and non-exported
+    # files (assets) are not produced by export; start from them
     shutil.copytree(ROOT / "tunix_lit", tmp_path / "tunix_lit", ignore=shutil.ignore_patterns("*.py"))
-    shutil.copy(ROOT / "tunix_lit" / "__init__.py", tmp_path / "tunix_lit" / "__init__.py")
+    for init in (ROOT / "tunix_lit").rglob("__init__.py"):
+        shutil.copy(init, tmp_path / init.relative_to(ROOT))
     subprocess.run([sys.executable, "-c", "from nbdev.doclinks import nbdev_export; nbdev_export()"],
                    cwd=tmp_path, check=True, capture_output=True)
     differing = _diff(ROOT / "tunix_lit", tmp_path / "tunix_lit")

@@ -1,6 +1,6 @@
 """Execute a chapter notebook in place and stamp it with a hash of its code, so stale outputs are caught.
 
-    python tools/run_notebook.py nbs/15_host_runtime.ipynb [more notebooks ...]
+    python tools/run_notebook.py nbs/14_host_runtime.ipynb [more notebooks ...]
 
 Every code cell runs in order in a fresh kernel started in `nbs/`, with 8 fake CPU devices unless
 `XLA_FLAGS` says otherwise, as in the test run (cells marked `#| eval: false`,

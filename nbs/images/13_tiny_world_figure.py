@@ -55,7 +55,7 @@ def main():
     # bottom row: what ships and who uses it
     box(ax, 9.85, 1.55, 1.9, 1.0, "assets/tiny/", MODEL, ["model.safetensors", "char_tokenizer.json"])
     box(ax, 7.1, 1.55, 2.5, 1.0, "tiny.load()", MODEL, ["(model, tokenizer)", "qwen3 · 0.35 M params"])
-    box(ax, 4.2, 1.55, 2.5, 1.0, "sampler · GRPO", OTHER, ["chapters 14, 30+", "greedy ≈ 40 % → higher"])
+    box(ax, 4.2, 1.55, 2.5, 1.0, "sampler · GRPO", OTHER, ["chapters 15, 30+", "greedy ≈ 40 % → higher"])
     box(ax, 1.15, 1.55, 2.0, 1.0, "reward", TASK, ["1 right", "0.1 wrong integer", "0 no integer"])
     arrow(ax, 9.85, 2.8, 9.85, 2.05, "save", dy=-0.05, dx=0.08)
     arrow(ax, 8.9, 1.55, 8.35, 1.55)

@@ -42,7 +42,7 @@ def main():
     box(ax, 5.3, 2.3, 1.9, 0.6, "generate", THIS, "PROMPT … flags")
     box(ax, 5.3, 1.4, 1.9, 0.6, "config", THIS, "RECIPE key=value …")
     box(ax, 5.3, 0.5, 1.9, 0.6, "train", THIS, "RECIPE … [--dry-run]")
-    box(ax, 7.9, 2.3, 2.2, 0.6, "Sampler", OTHER, "chapter 14")
+    box(ax, 7.9, 2.3, 2.2, 0.6, "Sampler", OTHER, "chapter 15")
     box(ax, 7.9, 0.95, 2.2, 0.9, "tunix_lit.recipes", OTHER, "resolve / build / run (ch. 70-72)")
     arrow(ax, 1.85, 1.4, 2.2, 1.4)
     arrow(ax, 4.0, 1.55, 4.35, 2.2)

@@ -109,7 +109,7 @@ def test_one_row_decodes_attending_first_and_equals_full_recompute(tok, family, 
 
 @pytest.mark.parametrize("dots", ["eigen", "ynnpack"])
 def test_either_cpu_matmul_kernel_gives_the_full_recompute_tokens(tok, model, dots, monkeypatch):
-    """Both kernel choices of chapter 15 compile the prefill and decode, and both give the reference's greedy tokens."""
+    """Both kernel choices of chapter 14 compile the prefill and decode, and both give the reference's greedy tokens."""
     if jax.default_backend() != "cpu":
         pytest.skip("the matmul-kernel choice is an XLA:CPU option; other backends compile without it")
     monkeypatch.setenv("TUNIX_LIT_DECODE_DOTS", dots)
@@ -288,7 +288,7 @@ def test_generated_token_equal_to_pad_id_stays_visible(tok, model):
     assert list(out.tokens[0]) == want
 
 
-@pytest.mark.parametrize("tied", [False, True])  # tied: the decode loop's transposed table on a mesh (chapter 14)
+@pytest.mark.parametrize("tied", [False, True])  # tied: the decode loop's transposed table on a mesh (chapter 15)
 def test_sharded_sampler_gives_the_tokens_of_one_device(tok, tied):
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 devices (tests/conftest.py sets 8 fake CPU devices)")

@@ -13,7 +13,7 @@ from tunix_lit.models import tiny
 from tunix_lit.rl.cluster import RLCluster, Role, Rollout, RolloutConfig
 from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
 from tunix_lit.rl.learner import RLTrainingConfig
-from tunix_lit.rollout.engines import SyncReport
+from tunix_lit.rollout.base import SyncReport
 from tunix_lit.sft import lora
 
 ROLL = RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0)

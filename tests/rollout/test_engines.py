@@ -1,4 +1,4 @@
-"""The rollout-engine interface: the registry's errors, the vanilla engine against references, user engines."""
+"""The rollout-engine interface (chapter 20b) and the vanilla engine (40): the registry's errors, the vanilla engine against references, user engines."""
 import subprocess
 import sys
 
@@ -38,6 +38,49 @@ def test_unknown_engine_name_lists_the_valid_names():
     for call in (lambda: engines.check_engine("vlm"), lambda: RolloutConfig(engine="vlm")):
         with pytest.raises(ValueError, match="unknown rollout engine 'vlm'; choose one of: vanilla, hf, vllm, sglang_jax"):
             call()
+
+
+def test_a_known_engine_nobody_registered_names_the_module_that_registers_it(monkeypatch):
+    from tunix_lit.rollout import base
+
+    monkeypatch.delitem(base.ENGINES, "hf")
+    with pytest.raises(ValueError, match=r"'hf' is not registered: tunix_lit.rollout.sync \(chapter 41\) registers it"):
+        engines.check_engine("hf")
+    assert base.engine_names()[:4] == ["vanilla", "hf", "vllm", "sglang_jax"]  # still listed: the book knows it
+
+
+def test_a_registered_user_engine_is_found_by_name_and_listed(monkeypatch):
+    from tunix_lit.rollout import base
+
+    class Mine:
+        @staticmethod
+        def check_available():
+            pass
+
+    monkeypatch.setitem(base.ENGINES, "mine", Mine)
+    assert engines.check_engine("mine") is Mine and base.engine_names()[-1] == "mine"
+    with pytest.raises(ValueError, match="choose one of: vanilla, hf, vllm, sglang_jax, mine"):
+        engines.check_engine("yours")
+    with pytest.raises(TypeError, match="takes an engine class, got Mine"):
+        base.register_engine("mine2", Mine())
+    with pytest.raises(ValueError, match="non-empty string"):
+        base.register_engine("", Mine)
+
+
+def test_importing_the_cluster_alone_registers_every_engine_of_the_book():
+    """The cluster (chapter 21) imports only the interface (20b); the package's init loads the engines (40-42)."""
+    code = ("import tunix_lit.rl.cluster as c, tunix_lit.rollout.base as b; "
+            "print(' '.join(f'{k}={v.__module__}.{v.__name__}' for k, v in b.ENGINES.items()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["vanilla=tunix_lit.rollout.engines.VanillaEngine", "hf=tunix_lit.rollout.sync.HfEngine",
+                                  "vllm=tunix_lit.rollout.external.VllmEngine",
+                                  "sglang_jax=tunix_lit.rollout.external.SglangJaxEngine"], out.stderr[-2000:]
+
+
+def test_the_vanilla_engines_lora_merge_is_chapter_41s():
+    from tunix_lit.rollout import sync
+
+    assert engines.VanillaEngine.lora_merger() is sync.merged_decoder
 
 
 def test_an_object_that_is_not_an_engine_says_what_it_lacks():
@@ -91,7 +134,7 @@ def test_vanilla_apart_sync_moves_the_trainable_bytes_and_then_matches(tiny_mode
 
 
 def test_vanilla_decode_copies_option_reaches_the_sampler_and_changes_no_sample(tiny_model):
-    """decode_copies=False (no per-call weight copies, chapter 14) samples what the default does; other options fail."""
+    """decode_copies=False (no per-call weight copies, chapter 15) samples what the default does; other options fail."""
     model, tok = tiny_model
     kw = dict(max_prompt_length=8, max_new_tokens=6)
     on, off = (engines.make_engine("vanilla", model, tok, decode_copies=c, **kw) for c in (True, False))

@@ -10,7 +10,7 @@ __all__ = ['RoleKey', 'Role', 'RolloutConfig', 'place', 'devices_of', 'plain_cop
 # the reference of a LoRA actor is the actor's own frozen base (no copy), the trainer never donates
 # buffers another role still reads, explain() reports where every byte lives and what a sync costs,
 # and every rollout's log-probs are compared with the actor's (the gap that catches a stale sync).
-# The engine that generates is any RolloutEngine (chapter 40). Leaves out: CPU offloading,
+# The engine that generates is any RolloutEngine (chapter 20b); chapters 40-42 register the engines. Leaves out: CPU offloading,
 # Flax-linen logical-axis rules.
 import contextlib
 import dataclasses
@@ -27,8 +27,7 @@ from jax.sharding import Mesh
 
 from ..models import transformer as tfm
 from . import common
-from ..rollout import engines
-from ..rollout.sync import max_logp_gap
+from ..rollout.base import SyncReport, check_engine, make_engine, max_logp_gap, resolve_engine
 
 # %% ../../nbs/21_rl_cluster.ipynb #70e55dde
 class Role(str, enum.Enum):
@@ -52,12 +51,12 @@ class RolloutConfig:
     max_prompt_length: int = 64  # prompt slots P (left-padded); a longer prompt is an error
     stop_tokens: Optional[tuple[int, ...]] = None  # None: the tokenizer's EOS ids
     seed: int = 0  # rollout keys are fold_in(seed, call index): a rerun samples the same completions
-    engine: Any = "vanilla"  # who generates: a name in tunix_lit.rollout.engines.ENGINES, or an engine object
+    engine: Any = "vanilla"  # who generates: a name in tunix_lit.rollout.base.ENGINES, or an engine object
     engine_dtype: Optional[str] = None  # the engine's weight dtype (None: the actor's), e.g. "bfloat16" for hf
     measure_logp_gap: bool = True  # compare the engine's log-probs with the actor's on every rollout
 
     def __post_init__(self):
-        engines.check_engine(self.engine)  # an unknown name or a missing package fails before any model loads
+        check_engine(self.engine)  # an unknown name or a missing package fails before any model loads
         for name in ("max_new_tokens", "max_prompt_length"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -173,9 +172,9 @@ class RLCluster:
         nnx.update(actor, place(nnx.state(actor), self.meshes[Role.ACTOR]))
         self.actor = actor
         engine = rollout_config.engine
-        is_vanilla = engine == "vanilla" if isinstance(engine, str) else isinstance(engine, engines.VanillaEngine)
-        # colocated: the engine reads the actor's own arrays (only our sampler can, on the actor's mesh)
-        self.colocated = is_vanilla and _same_mesh(self.meshes[Role.ROLLOUT], self.meshes[Role.ACTOR])
+        jax_native = getattr(resolve_engine(engine) if isinstance(engine, str) else engine, "jax_native", False)
+        # colocated: the engine reads the actor's own arrays (only our own JAX model can, on the actor's mesh)
+        self.colocated = jax_native and _same_mesh(self.meshes[Role.ROLLOUT], self.meshes[Role.ACTOR])
         self.shared: dict[str, int] = {}  # "roleA+roleB" -> bytes held once instead of twice
 
         # reference: a frozen view of the actor, or a model of its own
@@ -207,7 +206,7 @@ class RLCluster:
         self.sync_count, self.synced_bytes = 0, 0
         self._logps_fns: dict = {}  # role -> its jitted log-prob function, traced once
         self.rollout = self._build_rollout(tokenizer)
-        self.last_sync: Optional[engines.SyncReport] = None  # the last sync_weights' report (bytes, seconds)
+        self.last_sync: Optional[SyncReport] = None  # the last sync_weights' report (bytes, seconds)
         self._gap: Optional[jax.Array] = None  # running max of the log-prob gap since the last pop_logp_gap
         self.mark_policy()
 
@@ -251,9 +250,9 @@ def _build_rollout(self: RLCluster, tokenizer):
     cfg = self.rollout_config
     if self.colocated:
         self.shared["rollout+actor"] = tfm.tree_bytes(self.actor)
-    return engines.make_engine(cfg.engine, self.actor, tokenizer, max_prompt_length=cfg.max_prompt_length,
-                               max_new_tokens=cfg.max_new_tokens, mesh=self.meshes[Role.ROLLOUT],
-                               dtype=cfg.engine_dtype, seed=cfg.seed)
+    return make_engine(cfg.engine, self.actor, tokenizer, max_prompt_length=cfg.max_prompt_length,
+                       max_new_tokens=cfg.max_new_tokens, mesh=self.meshes[Role.ROLLOUT], dtype=cfg.engine_dtype,
+                       seed=cfg.seed)
 
 # %% ../../nbs/21_rl_cluster.ipynb #c4667923
 @patch
@@ -289,8 +288,8 @@ def sync_bytes(self: RLCluster) -> int:
 def role_models(self: RLCluster) -> dict:
     """Role -> the module holding that role's weights."""
     out = {Role.ACTOR: self.actor}
-    if isinstance(self.rollout, engines.VanillaEngine):  # other engines hold no JAX arrays
-        out[Role.ROLLOUT] = self.rollout.sampler.state
+    if getattr(self.rollout, "jax_native", False):  # other engines hold no JAX arrays
+        out[Role.ROLLOUT] = self.rollout.state
     for role, m in ((Role.REFERENCE, self.reference), (Role.CRITIC, self.critic), (Role.REWARD, self.reward_model)):
         if m is not None:
             out[role] = m
@@ -340,7 +339,7 @@ def explain(self: RLCluster) -> str:
             counted.update(id(x) for x in leaves)
             held += f", {mine:,} on process {jax.process_index()}'s devices"
         lines.append(f"{role.value:<10} {shape:<22} {str(devices_of(mesh)):<26} {held:>12}")
-    vanilla = isinstance(self.rollout, engines.VanillaEngine)
+    vanilla = getattr(self.rollout, "jax_native", False)
     if not vanilla:
         lines.append(f"{'rollout':<10} {self.rollout.name + ' engine':<22} {'its own memory':<26} "
                      f"{self.sync_bytes():>12,}")
@@ -392,7 +391,7 @@ def generate(self: RLCluster, prompts: Sequence, *, micro_batch_size: Optional[i
 def _generate_chunk(self: RLCluster, rows, key, T, temperature) -> Rollout:
     """One micro-batch through the engine, padded to the fixed widths."""
     cfg, pad = self.rollout_config, self.tokenizer.pad_id
-    if not isinstance(self.rollout, engines.VanillaEngine):  # other engines take int seeds (one per key)
+    if not getattr(self.rollout, "jax_native", False):  # other engines take int seeds (one per key)
         key = int(np.asarray(jax.random.randint(key, (), 0, 2**31 - 1)))
     out = self.rollout.generate(rows, T, temperature=temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=key,
                                 stop_tokens=cfg.stop_tokens)

@@ -36,7 +36,7 @@ from flax import nnx
 from ..models import transformer as tfm
 from . import common
 from .cluster import RLCluster, Role, Rollout
-from ..rollout.sync import max_logp_gap
+from ..rollout.base import max_logp_gap
 from ..sft import core
 
 # %% ../../nbs/31_rl_learner.ipynb #2ab3b653
@@ -562,6 +562,18 @@ def skip_rows(dataset, n: int):
                              "the same data")
     return it
 
+# %% ../../nbs/31_rl_learner.ipynb #6aed79f3
+@patch
+def _producer(self: RLLearner, dataset, serial: bool) -> tuple:
+    """The producer thread (not started) and what it shares with the trainer: queue, two semaphores, a stop event."""
+    q: queue.Queue = queue.Queue(maxsize=0 if serial else self.config.queue_size)
+    may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
+    produced = threading.Semaphore(0) if serial else None  # released when a step's experience is all queued
+    stop = threading.Event()
+    producer = threading.Thread(target=self._produce, args=(skip_rows(dataset, self.data_position), q, may_start,
+                                                            stop, produced), daemon=True, name="rl-producer")
+    return producer, q, may_start, produced, stop
+
 # %% ../../nbs/31_rl_learner.ipynb #e038c021
 @patch
 def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
@@ -574,12 +586,7 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
     # Several JAX processes must launch their collectives in the same order, which two threads sharing the
     # devices cannot promise: there the producer makes a whole step, then the trainer takes it (no overlap).
     serial = jax.process_count() > 1
-    q: queue.Queue = queue.Queue(maxsize=0 if serial else cfg.queue_size)
-    may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
-    produced = threading.Semaphore(0) if serial else None  # released when a step's experience is all queued
-    stop = threading.Event()
-    producer = threading.Thread(target=self._produce, args=(skip_rows(dataset, self.data_position), q, may_start,
-                                                            stop, produced), daemon=True, name="rl-producer")
+    producer, q, may_start, produced, stop = self._producer(dataset, serial)
     from tqdm.auto import tqdm
 
     quiet = not cfg.progress_bar or jax.process_index() != 0  # one bar per job, not one per process

@@ -93,13 +93,6 @@ def _check_targets(model: nnx.Module, cfg: LoraConfig) -> list[str]:
     return matched
 
 
-def _node(model: nnx.Module, path: tuple):
-    """The submodule (or variable) at `path`, a tuple of attribute names and list indices."""
-    for key in path:
-        model = model[key] if isinstance(key, int) else getattr(model, key)
-    return model
-
-
 def apply_lora(model: tfm.Transformer, *, rank: int, alpha: float, targets: str = DEFAULT_TARGETS,
                quantize: Optional[str] = None, tile_size: Optional[int] = None, seed: int = 0) -> tfm.Transformer:
     """A copy of `model` with LoRA A/B (`nnx.LoRAParam`) on every module matching `targets`; QLoRA if `quantize`."""
@@ -142,7 +135,7 @@ def nbytes(tree) -> int:
     return tfm.tree_bytes(tree, packed=True)  # chapter 10's one byte count, at each dtype's bit width
 
 # %% ../../nbs/61_lora_qlora.ipynb #05f775b9
-from ..rollout.sync import float_weight  # written once, in chapter 41 (the rollout layer)
+from ..rollout.sync import _node, float_weight  # written once, in chapter 41 (the rollout layer)
 
 # %% ../../nbs/61_lora_qlora.ipynb #f9c01a93
 from ..rollout.sync import actor_params, lora_delta, merged_decoder, path_str  # written once, in chapter 41

@@ -1,9 +1,9 @@
 """Draws the sampler chapter's figures into nbs/images/:
 
-- 14_sampler.svg: where the sampler sits, and its two compiled functions;
-- 14_sampler_buffer.svg: the fixed token buffer filling, step by step, for three prompts.
+- 15_sampler.svg: where the sampler sits, and its two compiled functions;
+- 15_sampler_buffer.svg: the fixed token buffer filling, step by step, for three prompts.
 
-    python nbs/images/14_sampler_figure.py      # from the repository root
+    python nbs/images/15_sampler_figure.py      # from the repository root
 """
 from matplotlib.patches import Rectangle
 from mpl_boxes import HERE, MONO, OTHER, THIS, box, plt, arrow
@@ -35,11 +35,11 @@ def placement():
     ax.text(4.35, 0.3, "graphdef static, state as argument", fontsize=7.5, color="#555")
     ax.text(0.1, 0.05, "blue: tunix_lit.generate.sampler (this chapter);  grey: other chapters",
             fontsize=7.5, color="#555")
-    fig.savefig(HERE / "14_sampler.svg", bbox_inches="tight")
+    fig.savefig(HERE / "15_sampler.svg", bbox_inches="tight")
     plt.close(fig)
 
 
-# The tiny model's greedy run on three prompts, as chapter 14 shows it: '·' pad, '^' BOS, '$' EOS.
+# The tiny model's greedy run on three prompts, as chapter 15 shows it: '·' pad, '^' BOS, '$' EOS.
 P, G = 8, 8
 FINAL = ["··^12+7=28$·····", "···^3+4=36$·····", "·^45+45=99$·····"]
 STAGES = [  # (title, slots filled so far, slot fed to the model or None, cache slots written afterwards)
@@ -75,7 +75,7 @@ def buffer_stages():
                 fontsize=7.5, color="#555", va="center")
     axes[-1].text(-0.6, -0.3, "blue: prompt slots 0..P-1;  orange: generated;  red outline: the slot fed to the "
                   "model;  dashed: P", fontsize=7.5, color="#555", va="top")
-    fig.savefig(HERE / "14_sampler_buffer.svg", bbox_inches="tight")
+    fig.savefig(HERE / "15_sampler_buffer.svg", bbox_inches="tight")
     plt.close(fig)
 
 

@@ -1,4 +1,4 @@
-"""Source of 15_host_runtime.svg: where a compiled step's buffers come from, with and without the tuning (run: python 15_host_runtime_figure.py)."""
+"""Source of 14_host_runtime.svg: where a compiled step's buffers come from, with and without the tuning (run: python 14_host_runtime_figure.py)."""
 from pathlib import Path
 
 from boxes_svg import svg
@@ -13,4 +13,4 @@ BOXES = [
 ARROWS = [((160, 40), (210, 40)), ((380, 40), (430, 40)), ((85, 60), (210, 118)), ((380, 120), (430, 120))]
 
 if __name__ == "__main__":
-    Path(__file__).with_name("15_host_runtime.svg").write_text(svg(BOXES, ARROWS, 640, 150))
+    Path(__file__).with_name("14_host_runtime.svg").write_text(svg(BOXES, ARROWS, 640, 150))
