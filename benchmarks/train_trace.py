@@ -146,7 +146,9 @@ def device_time(trace_dir, steps):
                     if ev.name.startswith(("ThreadpoolListener", "end:")) or "wait for completion" in ev.name:
                         continue
                     spans.append((ev.start_ns, ev.start_ns + ev.duration_ns))
-                    by_module[dict(ev.stats).get("hlo_module", "?")] += ev.duration_ns
+                    by_module[dict(ev.stats).get("hlo_module", "(no program named)")] += ev.duration_ns
+    if not spans:
+        return None, {}, f"no XLA events found ({source or 'no device plane'})"
     busy, end = 0, None
     for a, b in sorted(spans):  # the union of the spans: time the device (or XLA's threads) did something
         if end is None or a > end:
