@@ -110,18 +110,37 @@ def install(wheels: Path, site: Path, index_url: str) -> dict:
                 continue
             t0, errors = time.time(), []
             for source in sources:
-                cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps",
-                       "--disable-pip-version-check", *source, "--target", str(target), "--upgrade", *what]
-                p = subprocess.run(cmd, capture_output=True, text=True,
-                                   env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-                if p.returncode == 0:
+                if pip_install(what, source, target):
                     stamp.write_text(key)
                     report[target.name] = f"installed {len(what)} in {time.time() - t0:.1f} s ({source[-1]})"
                     break
-                errors.append(p.stderr[-600:])
+                # one wheel this machine refuses (say a glibc too old for its tag) must not stop the others
+                refused = [w for w in what if not pip_install([w], source, target)]
+                # a refused wheel's package from the image's own index instead (its version, whatever it is)
+                bad = [w for w in refused if not (w.endswith(".whl") and pip_install(
+                    [Path(w).name.split("-")[0]], ["--index-url", index_url], target))]
+                if not bad:
+                    stamp.write_text(key)
+                    report[target.name] = (f"installed {len(what)}, {[Path(w).name for w in refused]} from the "
+                                           f"image's index instead, in {time.time() - t0:.1f} s")
+                    break
+                if len(what) > 1 and len(bad) < len(what):
+                    report[target.name] = f"installed {len(what) - len(bad)}, FAILED: {[Path(b).name for b in bad]}"
+                    break
+                errors.append(f"{source[-1]}: failed")
             else:
                 report[target.name] = "FAILED: " + " | ".join(errors)
     return report
+
+
+def pip_install(what: list, source: list, target: Path) -> bool:
+    """pip install --no-deps into target (no config file, no cache, no byte-compiling); True if it worked."""
+    cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps", "--no-compile", "--no-cache-dir",
+           "--disable-pip-version-check", "--only-binary=:all:", *source, "--target", str(target), "--upgrade", *what]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    if p.returncode:
+        print(p.stderr[-800:], file=sys.stderr)
+    return p.returncode == 0
 
 
 def side_env(side: str, site: Path, platform: str) -> dict:

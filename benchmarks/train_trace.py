@@ -174,17 +174,45 @@ def timed(obj, name, bucket):
     setattr(obj, name, wrapper)
 
 
+KEEP_LIMIT = 16 * 2**20  # a device call returns files of at most 16 MiB, at most two folders below $OUT
+
+
+def keep_flat(trace_dir, dest, label):
+    """Gzip the profile's xplane (and copy its perfetto trace) to dest/<label>.* (flat: the profiler nests 4 deep)."""
+    import gzip
+    import shutil
+
+    kept = []
+    os.makedirs(dest, exist_ok=True)
+    for path in glob.glob(os.path.join(trace_dir, "**", "*"), recursive=True):
+        if path.endswith(".xplane.pb"):
+            out = os.path.join(dest, f"{label}.xplane.pb.gz")
+            with open(path, "rb") as src, gzip.open(out, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+        elif path.endswith(".trace.json.gz"):
+            out = os.path.join(dest, f"{label}.perfetto.trace.json.gz")
+            shutil.copy(path, out)
+        else:
+            continue
+        if os.path.getsize(out) > KEEP_LIMIT:  # would not come back from a device call: say so instead
+            kept.append(f"{os.path.basename(out)} dropped ({os.path.getsize(out)} bytes)")
+            os.remove(out)
+        else:
+            kept.append(out)
+    return kept
+
+
 def traced(args, label, run, steps):
-    """Run `run()` under jax.profiler into trace-dir/label; (busy s per step, by program, source, dir)."""
+    """Run `run()` under jax.profiler; (busy s per step, by program, source, files kept in --trace-dir)."""
     import jax
 
-    d = os.path.join(args.trace_dir, label) if args.trace_dir else tempfile.mkdtemp(prefix=f"trace_{label}_")
-    os.makedirs(d, exist_ok=True)
-    jax.profiler.start_trace(d, create_perfetto_trace=args.perfetto)
-    run()
-    jax.profiler.stop_trace()
-    busy, modules, source = device_time(d, steps)
-    return busy, modules, source, d
+    with tempfile.TemporaryDirectory(prefix=f"trace_{label}_") as d:
+        jax.profiler.start_trace(d, create_perfetto_trace=bool(args.perfetto))
+        run()
+        jax.profiler.stop_trace()
+        busy, modules, source = device_time(d, steps)
+        kept = keep_flat(d, args.trace_dir, label) if args.trace_dir else []
+    return busy, modules, source, kept
 
 
 def trace_sft(args, probe, tmp):
@@ -249,7 +277,7 @@ def trace_sft(args, probe, tmp):
                 host_s_median={k: MED([r["host_s"].get(k, 0.0) for r in rows]) for k in
                                ("_prepare", "apply_update", "_flush", "sync_model", "block")},
                 per_step=_per_step(rows), pipelined_counts_total=pipe_counts, device_ms_per_step_by_program=modules,
-                trace_dir=d, train_step_jit_cache_size=trainer._train_step._cache_size())
+                trace_files=d, train_step_jit_cache_size=trainer._train_step._cache_size())
 
 
 def _per_step(rows):
@@ -339,7 +367,7 @@ def trace_grpo(args, probe, tmp):
                               h2d=transfers.get("h2d", 0) / args.steps, d2h=transfers.get("d2h", 0) / args.steps,
                               compiles_total=counts["compiles"], traces_total=counts["traces"],
                               cache_hits_total=counts["cache_hits"]),
-                device_ms_per_step_by_program=modules, trace_dir=d,
+                device_ms_per_step_by_program=modules, trace_files=d,
                 train_step_jit_cache_size=learner.trainer._train_step._cache_size())
 
 
