@@ -99,8 +99,9 @@ def transfer_log(path):
         os.close(saved)
 
 
-def count_transfers(path):
-    """{marker: {h2d, d2h}} from a transfer log whose steps are separated by `@@ marker` lines."""
+def count_transfers(path, avals=None):
+    """{marker: {h2d, d2h, d2d}} from a transfer log whose steps are separated by `@@ marker` lines; `avals`
+    (a Counter), if given, counts the host-to-device transfers by shape and dtype."""
     out, cur = collections.OrderedDict(), "before"
     for line in open(path, errors="replace"):
         if line.startswith("@@ "):
@@ -108,6 +109,9 @@ def count_transfers(path):
             out.setdefault(cur, dict(h2d=0, d2h=0, d2d=0))
         elif "host-to-device transfer" in line:
             out.setdefault(cur, dict(h2d=0, d2h=0, d2d=0))["h2d"] += 1
+            if avals is not None:
+                what = line.split("aval=", 1)[1] if "aval=" in line else line.split("transfer:", 1)[-1]
+                avals[what.split(", dst_sharding")[0].strip()[:100] or "(no shape logged: a jit argument)"] += 1
         elif "device-to-host transfer" in line:
             out.setdefault(cur, dict(h2d=0, d2h=0, d2d=0))["d2h"] += 1
         elif "device-to-device transfer" in line:
@@ -257,7 +261,8 @@ def trace_sft(args, probe, tmp):
             wall = sync_step()
             rows.append(dict(wall_s=wall, host_s=dict(parts), **probe.since(snap)))
         mark("end")
-    transfers = count_transfers(log)
+    avals = collections.Counter()
+    transfers = count_transfers(log, avals)
     for i, r in enumerate(rows):
         r.update(transfers.get(f"step {i}", {}))
     snap = probe.snapshot()
@@ -276,7 +281,7 @@ def trace_sft(args, probe, tmp):
                 sync_minus_pipelined_s=round(sync - pipelined, 5),
                 host_s_median={k: MED([r["host_s"].get(k, 0.0) for r in rows]) for k in
                                ("_prepare", "apply_update", "_flush", "sync_model", "block")},
-                per_step=_per_step(rows), pipelined_counts_total=pipe_counts, device_ms_per_step_by_program=modules,
+                per_step=_per_step(rows), h2d_by_aval_total=dict(avals.most_common(10)), pipelined_counts_total=pipe_counts, device_ms_per_step_by_program=modules,
                 trace_files=d, train_step_jit_cache_size=trainer._train_step._cache_size())
 
 
@@ -350,7 +355,8 @@ def trace_grpo(args, probe, tmp):
         steps = run(args.steps)
         mark("end")
     counts = probe.since(snap)
-    transfers = count_transfers(log).get("steps", {})
+    avals = collections.Counter()
+    transfers = count_transfers(log, avals).get("steps", {})
     host = {k: round(v / args.steps, 5) for k, v in parts.items()}
     busy, modules, source, d = traced(args, "grpo", lambda: run(args.trace_steps), args.trace_steps)
     hist = lambda key: learner.metrics.history(key)[1][1:1 + args.steps]
@@ -367,6 +373,7 @@ def trace_grpo(args, probe, tmp):
                               h2d=transfers.get("h2d", 0) / args.steps, d2h=transfers.get("d2h", 0) / args.steps,
                               compiles_total=counts["compiles"], traces_total=counts["traces"],
                               cache_hits_total=counts["cache_hits"]),
+                h2d_by_aval_total=dict(avals.most_common(12)), measured_steps=args.steps,
                 device_ms_per_step_by_program=modules, trace_files=d,
                 train_step_jit_cache_size=learner.trainer._train_step._cache_size())
 
@@ -388,6 +395,7 @@ def main(argv=None):
     p.add_argument("--trace-steps", type=int, default=2, help="steps under the profiler")
     p.add_argument("--trace-dir", default="", help="keep the traces here (default: a temporary folder)")
     p.add_argument("--perfetto", type=int, default=1, help="also write a perfetto trace (json.gz) beside the xplane")
+    p.add_argument("--keep-logs", default="", help="keep the transfer-guard logs in this folder")
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"warning: ignoring {unknown}", file=sys.stderr)
@@ -397,8 +405,10 @@ def main(argv=None):
     probe = Probe()
     out = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.keep_logs:
+            os.makedirs(args.keep_logs, exist_ok=True)
         for mode in (["grpo", "sft"] if args.mode == "both" else [args.mode]):
-            out.append((trace_grpo if mode == "grpo" else trace_sft)(args, probe, tmp))
+            out.append((trace_grpo if mode == "grpo" else trace_sft)(args, probe, args.keep_logs or tmp))
     model = dict(arch=args.arch, num_layers=args.num_layers, embed_dim=args.embed_dim, vocab_size=args.vocab_size,
                  dtype=args.dtype)
     print(json.dumps(dict(bench="tunix_lit_train_trace", model=model, results=out, env=env_info(),
