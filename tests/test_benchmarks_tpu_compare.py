@@ -90,3 +90,15 @@ def test_count_transfers_splits_the_log_at_markers(tmp_path):
     got = tt.count_transfers(log)
     assert got["before"]["h2d"] == 1
     assert got["step 0"] == dict(h2d=1, d2h=1, d2d=0) and got["step 1"] == dict(h2d=0, d2h=0, d2d=0)
+
+
+def test_count_transfers_by_shape_counts_unlabelled_jit_arguments_apart(tmp_path):
+    import collections
+
+    tt = load("train_trace")
+    log = tmp_path / "t.log"
+    log.write_text("@@ steps\nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=S\n"
+                   "W x] host-to-device transfer: \nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=T\n")
+    avals = collections.Counter()
+    assert tt.count_transfers(log, avals)["steps"]["h2d"] == 3
+    assert avals["ShapedArray(int32[8,16])"] == 2 and avals["(no shape logged: a jit argument)"] == 1
