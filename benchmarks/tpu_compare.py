@@ -36,13 +36,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from tpu_prepare_wheels import FROM_IMAGE_INDEX  # noqa: E402  (what comes from the image's own index, not carried)
 SIDES = ("upstream", "ours")
 
 QWEN06 = ["--embed-dim", "1024", "--hidden-dim", "3072", "--num-heads", "16", "--num-kv-heads", "8",
           "--head-dim", "128", "--vocab-size", "151936", "--tied-embedding", "1", "--dtype", "bfloat16"]
 TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-kv-heads", "1", "--head-dim", "32",
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
-FROM_IMAGE_INDEX = {"upstream": ["pandas", "pillow"]}  # as tpu_prepare_wheels.py says: 19 MB the image's index has
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "sampler_b1": 80, "sampler_b32": 80}
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache

@@ -12,7 +12,7 @@ Three folders, each installed with `pip --no-deps --no-index` into its own targe
 - `upstream/`: google-tunix 0.1.7 and what its training, RL and sampler paths import (metrax, clu,
   jaxtyping, perfetto, ..., safetensors 0.7, which tunix pins below 0.8). Its other requirements (grain,
   tensorflow-datasets, datasets, transformers, ...) are not imported on these paths; pandas and pillow are
-  (19 MB), and come from the TPU image's own index (`FROM_IMAGE_INDEX`).
+  (two large wheels), and come from the TPU image's own index (`FROM_IMAGE_INDEX`).
 
 Binary wheels are for CPython 3.11 on manylinux x86-64 (the TPU host). antlr4-python3-runtime 4.9.3 exists only
 as an sdist, so it is built into a pure wheel here. Prints the folder sizes and the tracked tree's size, and
@@ -41,7 +41,7 @@ OURS = ["fastcore==1.14.5", "safetensors==0.8.0", "tokenizers==0.23.3"]
 UPSTREAM = ["google-tunix==0.1.7", "google-metrax==0.2.4", "clu==0.0.12", "jaxtyping", "wadler_lindig", "perfetto",
             "immutabledict", "ml-collections", "safetensors==0.7.0", "wrapt==2.1.2", "huggingface_hub==2.4.0",
             "python-dateutil", "six", "tzdata"]
-# `import tunix` reaches pandas and pillow (its agentic trajectory logger); 19 MB of wheels, which the TPU image's own
+# `import tunix` reaches pandas and pillow (its agentic trajectory logger): large wheels, which the TPU image's own
 # index has, so tpu_compare.py installs these two from that index instead of carrying them
 FROM_IMAGE_INDEX = {"upstream": ["pandas", "pillow"]}
 SDIST_ONLY = {"common": ["antlr4-python3-runtime==4.9.3"]}
