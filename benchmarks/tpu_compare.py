@@ -237,7 +237,7 @@ def summarize(rows: list, extra: dict) -> dict:
             entry[side] = dict(rounds=[r["round"] for r in good], per_round=fig, median=med)
             if good:
                 res = good[-1]["result"]
-                versions[side] = res.get("env")
+                versions.setdefault(side, res.get("env"))  # the training rows' come first and name flax, optax, qwix
                 machine = machine or (res.get("machine") if side == "ours" else None)
                 if part == "grpo" and side == "ours":
                     entry[side]["phases_last_round"] = res.get("phase_median_later_steps_s")
