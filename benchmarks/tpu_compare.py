@@ -267,6 +267,8 @@ def main(argv=None) -> int:
     p.add_argument("--site", type=Path, default=Path("/tmp/tpu_compare/site"))
     p.add_argument("--state", type=Path, default=Path("/tmp/tpu_compare/rows.jsonl"),
                    help="rows of earlier calls (skipped when done); '' for none")
+    p.add_argument("--prior", nargs="*", type=Path, default=[],
+                   help="earlier calls' tpu_compare.json (or rows): their finished jobs are skipped and summarised too")
     p.add_argument("--index-url", default="file:///opt/pypi/simple", help="the image's own package index")
     p.add_argument("--dry-run", action="store_true", help="print the plan (each job's command and PYTHONPATH) only")
     p.add_argument("--summarize", nargs="+", type=Path, help="merge these rows / summary files and print the summary")
@@ -293,7 +295,7 @@ def main(argv=None) -> int:
     state = args.state if str(args.state) not in ("", ".") else None
     if state:
         state.parent.mkdir(parents=True, exist_ok=True)
-    earlier = load_rows([state]) if state else []
+    earlier = load_rows(([state] if state else []) + list(args.prior))
     installed = install(args.wheels, args.site, args.index_url)
     print(json.dumps({"install": installed, "install_s": round(time.time() - start, 1)}), flush=True)
     rows, skipped = [], []
