@@ -5,7 +5,7 @@ pinned stack, never this repository's package). One JSON line per run, with the 
 benchmark prints under the same key:
 
     python benchmarks/upstream_bench.py sampler [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5 --min-time-s 2]
-    python benchmarks/upstream_bench.py sft     [--batch 8 --seq-len 128 --steps 12 --lora-rank 0]
+    python benchmarks/upstream_bench.py sft     [--batch 8 --seq-len 128 --steps 12 --lora-rank 0 --pipelined-steps 0]
     python benchmarks/upstream_bench.py grpo    [--batch 8 --num-generations 4 --prompt-len 32 --gen-len 64 --steps 8]
 
 The model is a randomly initialised Qwen 3-family decoder built from upstream's own config class
@@ -167,22 +167,32 @@ def bench_sft(args):
         cfg = peft_trainer.TrainingConfig(eval_every_n_steps=10**6, max_steps=None, checkpoint_root_directory=None)
         trainer = peft_trainer.PeftTrainer(model, optax.adamw(args.lr), cfg).with_gen_model_input_fn(model_input)
         trainer.is_managed_externally = True  # one train() call per step, no close() in between
-        ids = prompt_ids(args.batch * args.steps, T, args.vocab_size, args.seed + 1).reshape(args.steps, args.batch, T)
+        n_batches = args.steps + args.pipelined_steps
+        ids = prompt_ids(args.batch * n_batches, T, args.vocab_size, args.seed + 1).reshape(n_batches, args.batch, T)
+        batches = [peft_trainer.TrainingInput(input_tokens=jnp.asarray(ids[i]),
+                                              input_mask=jnp.ones((args.batch, T), jnp.bool_)) for i in range(n_batches)]
         times = []
         for i in range(args.steps):
-            batch = peft_trainer.TrainingInput(input_tokens=jnp.asarray(ids[i]),
-                                               input_mask=jnp.ones((args.batch, T), jnp.bool_))
             t = time.perf_counter()
-            trainer.train([batch])
+            trainer.train([batches[i]])
             jax.block_until_ready(nnx.state(trainer.model))
             times.append(time.perf_counter() - t)
+        t_pipe = None
+        if args.pipelined_steps:  # one train() call over several batches: the trainer's own loop, as ours
+            t = time.perf_counter()
+            trainer.train(batches[args.steps:])
+            jax.block_until_ready(nnx.state(trainer.model))
+            t_pipe = time.perf_counter() - t
         trainer.is_managed_externally = False
         trainer.close()
     steady = times[2:] if len(times) > 2 else times[1:]  # upstream compiles the step twice under a mesh
     med = statistics.median(steady)
+    pipe = {} if t_pipe is None else dict(
+        pipelined_steps=args.pipelined_steps, pipelined_s_per_step=round(t_pipe / args.pipelined_steps, 4),
+        pipelined_tokens_per_s=round(args.batch * T * args.pipelined_steps / t_pipe, 1))
     return dict(mode="lora" if args.lora_rank else "full", first_step_s=round(times[0], 4),
                 step_s=[round(t, 4) for t in times], median_step_s=round(med, 4),
-                tokens_per_s=round(args.batch * T / med, 1))
+                tokens_per_s=round(args.batch * T / med, 1), **pipe)
 
 
 def even_share(prompts, completions, **_):
@@ -257,6 +267,8 @@ def main(argv=None):
     f.add_argument("--seq-len", type=int, default=128)
     f.add_argument("--steps", type=int, default=12)
     f.add_argument("--lora-rank", type=int, default=0)
+    f.add_argument("--pipelined-steps", type=int, default=0,
+                   help="then one train() call over this many batches (wall time per step, as sft_step.py's)")
     f.add_argument("--lr", type=float, default=1e-4)
     g = sub.add_parser("grpo")
     g.add_argument("--batch", type=int, default=8)

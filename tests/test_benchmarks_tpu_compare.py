@@ -1,0 +1,104 @@
+"""The one-command TPU comparison's bookkeeping: job order, the summary's medians and ratios, the trace parsers."""
+
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load(name):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def tc():
+    return load("tpu_compare")
+
+
+def test_plan_puts_training_rows_first_and_alternates_sides(tc):
+    jobs = tc.plan(["grpo", "sft", "trace", "sampler"], rounds=2, tiny=False)
+    assert jobs[:4] == [("grpo", 1, "upstream"), ("grpo", 1, "ours"), ("sft", 1, "upstream"), ("sft", 1, "ours")]
+    assert jobs[4:8] == [("grpo", 2, "ours"), ("grpo", 2, "upstream"), ("sft", 2, "ours"), ("sft", 2, "upstream")]
+    assert jobs[8] == ("trace", 1, "ours")
+    samplers = jobs[9:]
+    assert {p for p, _, _ in samplers} == {"sampler_b1", "sampler_b32"} and len(samplers) == 8
+    assert samplers[0][2] == "upstream" and samplers[4][2] == "ours"  # round 2 starts with ours
+
+
+def test_both_sides_get_the_same_flags(tc):
+    for part, (ours, theirs) in tc.work(tiny=False).items():
+        if theirs is None:
+            continue
+        flags = lambda argv: argv[argv.index(next(a for a in argv if a.startswith("--"))):]
+        assert flags(ours) == flags(theirs), part
+    ours = tc.work(tiny=False)["grpo"][0]
+    assert ours[ours.index("--num-layers") + 1] == "8" and ours[ours.index("--lora-rank") + 1] == "8"
+
+
+def row(part, rnd, side, **result):
+    return dict(part=part, round=rnd, side=side, rc=0, timed_out=False, wall_s=1.0, result=result)
+
+
+def test_summary_medians_and_ratios(tc):
+    ours, theirs = [0.20, 0.24, 0.22], [0.18, 0.19, 0.30]
+    rows = [row("grpo", i + 1, "ours", median_step_s=o, first_step_s=9.0) for i, o in enumerate(ours)]
+    rows += [row("grpo", i + 1, "upstream", median_step_s=t, first_step_s=8.0) for i, t in enumerate(theirs)]
+    rows.append(dict(part="sft", round=1, side="ours", rc=1, timed_out=False, wall_s=3.0, tail="boom"))
+    s = tc.summarize(rows, {})
+    g = s["parts"]["grpo"]
+    assert g["ours"]["median"]["median_step_s"] == statistics.median(ours)
+    want = round(statistics.median(ours) / statistics.median(theirs), 3)
+    assert g["step_time_ours_over_upstream"] == want
+    assert [f["part"] for f in s["failed"]] == ["sft"]
+    assert s["parts"]["sft"]["sync_step_time_ours_over_upstream"] is None  # nothing finished on either side
+
+
+def test_summary_keeps_a_later_good_row_over_a_timed_out_one(tc, tmp_path):
+    bad = dict(part="sft", round=1, side="ours", rc=-9, timed_out=True, wall_s=500.0)
+    good = row("sft", 1, "ours", median_step_s=0.1, tokens_per_s=100.0)
+    (tmp_path / "a.jsonl").write_text(json.dumps(bad) + "\n")
+    (tmp_path / "b.json").write_text(json.dumps({"rows": [good]}))
+    s = tc.summarize(tc.load_rows([tmp_path / "a.jsonl", tmp_path / "b.json"]), {})
+    assert s["parts"]["sft"]["ours"]["median"]["tokens_per_s"] == 100.0 and s["failed"] == []
+
+
+def test_carried_wheels_leave_the_images_jax_alone():
+    prep = load("tpu_prepare_wheels")
+    names = {n.split("==")[0].lower() for n in prep.COMMON + prep.OURS + prep.UPSTREAM}
+    assert not names & {"jax", "jaxlib", "libtpu", "numpy", "ml_dtypes", "scipy"}
+    assert "google-tunix" in names and "safetensors" in names
+
+
+def test_count_transfers_splits_the_log_at_markers(tmp_path):
+    tt = load("train_trace")
+    log = tmp_path / "t.log"
+    log.write_text("W guard_lib.cc:125] host-to-device transfer: aval=...\n\n@@ step 0\n"
+                   "W guard_lib.cc:125] host-to-device transfer: a\nW guard_lib.cc:125] device-to-host transfer: b\n"
+                   "\n@@ step 1\nother line\n")
+    got = tt.count_transfers(log)
+    assert got["before"]["h2d"] == 1
+    assert got["step 0"] == dict(h2d=1, d2h=1, d2d=0) and got["step 1"] == dict(h2d=0, d2h=0, d2d=0)
+
+
+def test_count_transfers_by_shape_counts_unlabelled_jit_arguments_apart(tmp_path):
+    import collections
+
+    tt = load("train_trace")
+    log = tmp_path / "t.log"
+    log.write_text("@@ steps\nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=S\n"
+                   "W x] host-to-device transfer: \nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=T\n")
+    avals = collections.Counter()
+    assert tt.count_transfers(log, avals)["steps"]["h2d"] == 3
+    assert avals["ShapedArray(int32[8,16])"] == 2 and avals["(no shape logged: a jit argument)"] == 1
