@@ -477,7 +477,7 @@ def logits(self: Transformer, x: jax.Array, kernel: Optional[jax.Array] = None) 
     lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
     if kernel is None:
         out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
-    else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 14)
+    else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 15)
         out = x.astype(kernel.dtype) @ kernel
     out = out.reshape(*lead, -1).astype(jnp.float32)
     if cfg.final_logit_softcap:
