@@ -130,6 +130,35 @@ def test_chunked_head_gives_the_same_logps_entropy_and_gradients(tiny):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch,length,vocab,budget,want", [
+    (3, 6, 19, 1000, 4),  # 3 rows x 19 ids x 4 bytes = 228 bytes a slot: 4 fit in 1000, 6 do not
+    (3, 6, 19, 10_000, None),  # all 6 slots fit: one pass
+    (128, 4, 262_144, 256 * 2 ** 20, 2),  # 128 MiB a slot under a 256 MiB budget
+    (1024, 4, 262_144, 256 * 2 ** 20, 1),  # one slot alone is over the budget: still one at a time
+])
+def test_auto_chunk_size_is_the_largest_slice_within_the_budget(batch, length, vocab, budget, want):
+    assert common.auto_chunk_size(batch, length, vocab, budget) == want
+    if want is not None:  # the slice fits (or is the single slot), one more slot would not
+        assert want == 1 or want * batch * vocab * 4 <= budget < (want + 1) * batch * vocab * 4
+
+
+def test_auto_chunking_follows_the_budget_and_changes_no_value(tiny, monkeypatch):
+    """The default chunk_size="auto" chunks once the logits pass LOGITS_CHUNK_BYTES, with the one-pass values."""
+    batch = _batch()
+    seen = []
+    sized = common.auto_chunk_size
+    monkeypatch.setattr(common, "auto_chunk_size", lambda *a, **k: seen.append((a, sized(*a, **k))) or seen[-1][1])
+    full = common.compute_completion_logps(tiny, *batch, return_entropy=True, chunk_size=None)
+    assert seen == []  # None: one pass, no sizing
+    monkeypatch.setattr(common, "LOGITS_CHUNK_BYTES", 2 * 3 * tiny.config.vocab_size * 4)  # two slots of 3 rows
+    auto = common.compute_completion_logps(tiny, *batch, return_entropy=True)
+    assert seen == [((3, 6, tiny.config.vocab_size), 2)]  # six slots in chunks of two
+    for a, b in zip(auto, full):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    with pytest.raises(ValueError, match="chunk_size must be"):
+        common.compute_completion_logps(tiny, *batch, chunk_size="big")
+
+
 def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_gradients(tiny):
     """group_size=G (each prompt run once, its cache repeated) = per-row unpadded NumPy log-probs, and the
     full pass's entropy and gradients, with siblings whose completions differ in content and length."""
