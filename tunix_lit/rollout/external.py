@@ -72,7 +72,7 @@ class MappingRule:
 def _regex(template: str) -> re.Pattern:
     return re.compile(re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)"))
 
-
+# %% ../../nbs/42_external_engines.ipynb #425bd797
 @dataclasses.dataclass(frozen=True)
 class MappingConfig:
     """An engine's mapping table; `targets(path)` gives every (engine name, rule) one of our paths fills."""
@@ -89,12 +89,14 @@ class MappingConfig:
                 out.append((rule.engine.format(**m.groupdict()), rule))
         return out
 
-    def replace_rule(self, ours: str, **changes) -> "MappingConfig":
-        """A copy with the rule(s) for template `ours` changed (or dropped with `drop=True`)."""
-        drop = changes.pop("drop", False)
-        rules = tuple(r for r in self.rules if not (drop and r.ours == ours))
-        return dataclasses.replace(self, rules=tuple(dataclasses.replace(r, **changes) if r.ours == ours else r
-                                                     for r in rules))
+# %% ../../nbs/42_external_engines.ipynb #2d256450
+@patch
+def replace_rule(self: MappingConfig, ours: str, **changes) -> MappingConfig:
+    """A copy with the rule(s) for template `ours` changed (or dropped with `drop=True`)."""
+    drop = changes.pop("drop", False)
+    rules = tuple(r for r in self.rules if not (drop and r.ours == ours))
+    return dataclasses.replace(self, rules=tuple(dataclasses.replace(r, **changes) if r.ours == ours else r
+                                                 for r in rules))
 
 # %% ../../nbs/42_external_engines.ipynb #ae40bd6f
 _NORMS = {  # our norm path -> HF norm name, per family
@@ -127,7 +129,7 @@ def _table(cfg: tfm.ModelConfig, *, engine: str, tp: str, weight: str, norm: str
               MappingRule(f"{mlp}down_proj.kernel", f"{L}mlp.down_proj.{weight}", (tp, None), "copy")]
     return MappingConfig(engine, tuple(rules))
 
-
+# %% ../../nbs/42_external_engines.ipynb #efb6c5b8
 ENGINE_FAMILIES = {  # families each engine runs as a JAX model at the pinned versions (chapter text says which)
     "vllm": ("llama3", "qwen3"),  # tpu-inference 0.32 runs Gemma 3 through its PyTorch path: no JAX state to write
     "sglang_jax": ("llama3", "qwen3"),  # sglang-jax at cddbf6f has no Gemma 3 model
@@ -139,7 +141,7 @@ def _check_family(engine: str, cfg: tfm.ModelConfig) -> None:
         raise ValueError(f"model family {cfg.family!r} has no {engine} JAX weight state at the pinned version; "
                          f"{engine} supports {ENGINE_FAMILIES[engine]} here (use rollout.engine 'vanilla' or 'hf')")
 
-
+# %% ../../nbs/42_external_engines.ipynb #7faef517
 def vllm_mapping(cfg: tfm.ModelConfig) -> MappingConfig:
     """tpu-inference table: per-head projections; Qwen 3 spelt `.weight`, Llama 3 `.kernel`/`.scale`; no head when tied."""
     _check_family("vllm", cfg)
@@ -155,7 +157,7 @@ def vllm_mapping(cfg: tfm.ModelConfig) -> MappingConfig:
     head = MappingRule("lm_head.kernel", "lm_head.weight" if qwen else "model.lm_head", (None, "model"), "pad_vocab_t")
     return dataclasses.replace(table, rules=table.rules + (head,))
 
-
+# %% ../../nbs/42_external_engines.ipynb #20fa399d
 def sglang_jax_mapping(cfg: tfm.ModelConfig) -> MappingConfig:
     """SGLang-JAX table: `scale`/`embedding` suffixes, fused-head projections, LM head [V, D] only when untied."""
     _check_family("sglang_jax", cfg)
@@ -180,7 +182,7 @@ def _pad_heads(x: np.ndarray, target: tuple, head_dim: int, head_axis: int, path
     pad[head_axis + 1] = (0, head_dim - H)
     return np.pad(x, pad).reshape(target)
 
-
+# %% ../../nbs/42_external_engines.ipynb #ac3834a4
 def _exact(x: np.ndarray, target: tuple, path: str, name: str) -> np.ndarray:
     if tuple(x.shape) != tuple(target):
         raise ValueError(f"shape mismatch: our {path} has shape {tuple(x.shape)}, engine tensor {name} has shape "
@@ -197,7 +199,7 @@ def _pad_rows(x: np.ndarray, target: tuple, axis: int, path: str, name: str) -> 
     pad[axis] = (0, target[axis] - x.shape[axis])
     return np.pad(x, pad)
 
-
+# %% ../../nbs/42_external_engines.ipynb #39a1be7c
 TRANSFORMS = {  # name -> fn(array, target shape, engine head_dim, our path, engine name)
     "copy": lambda x, t, hd, p, n: _exact(x, t, p, n),
     "pad_vocab": lambda x, t, hd, p, n: _pad_rows(x, t, 0, p, n),  # embedding [V, D] -> [V', D]
@@ -251,6 +253,11 @@ def _mesh_devices(mesh, tp: Optional[int], engine: str) -> tuple:
     return len(ids), ids
 
 
+def _row_seeds(seed: int, n: int) -> list:
+    """A distinct 31-bit seed per row, a function of (seed, row) only."""
+    return [int(np.random.SeedSequence([int(seed), row]).generate_state(1)[0] >> 1) for row in range(n)]
+
+# %% ../../nbs/42_external_engines.ipynb #360cae3f
 @contextlib.contextmanager
 def _env(name: str, value: str):
     """Set one environment variable for the duration of a block, then restore it (the host's env is left alone)."""
@@ -279,12 +286,6 @@ def _flat(state) -> list:
 
 def _array(v):
     return v.get_value() if isinstance(v, nnx.Variable) else v
-
-
-def _row_seeds(seed: int, n: int) -> list:
-    """A distinct 31-bit seed per row, a function of (seed, row) only."""
-    return [int(np.random.SeedSequence([int(seed), row]).generate_state(1)[0] >> 1) for row in range(n)]
-
 
 # %% ../../nbs/42_external_engines.ipynb #4b1e7c22
 class ExternalEngine:
@@ -315,7 +316,6 @@ class ExternalEngine:
     def _source_params(self, actor: nnx.Module) -> dict:
         return wsync.actor_params(actor)  # our paths -> float arrays, LoRA merged (chapter 41)
 
-
 # %% ../../nbs/42_external_engines.ipynb #4b1e7c24
 @patch
 def sync_weights(self: ExternalEngine, actor: nnx.Module) -> SyncReport:
@@ -332,7 +332,6 @@ def sync_weights(self: ExternalEngine, actor: nnx.Module) -> SyncReport:
 def sync_bytes(self: ExternalEngine, actor: nnx.Module) -> int:
     """Bytes one sync writes: every engine tensor, in the engine's dtype and padded layout."""
     return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self._targets().values())
-
 
 # %% ../../nbs/42_external_engines.ipynb #4b1e7c26
 @patch
@@ -351,7 +350,6 @@ def generate(self: ExternalEngine, prompt_ids: Sequence[np.ndarray], max_new_tok
     finished = np.asarray([f for _, _, f in rows], bool)
     text = [self.tokenizer.decode([int(i) for i in (t[:-1] if f else t)]) for t, f in zip(tokens, finished)]
     return EngineOutput(tokens, [np.asarray(lp, np.float32) for _, lp, _ in rows], text, finished)
-
 
 # %% ../../nbs/42_external_engines.ipynb #81d1d041
 class VllmEngine(ExternalEngine):
@@ -391,45 +389,62 @@ class VllmEngine(ExternalEngine):
         engine.sync_weights(actor)
         return engine
 
-    @property
-    def runner(self):
-        """The driver worker's model runner, which owns `state` (an nnx.State) and `state_leaves`."""
-        return _path(self.handle, self.RUNNER_PATH)
+# %% ../../nbs/42_external_engines.ipynb #be4d8a84
+@patch(as_prop=True)
+def runner(self: VllmEngine):
+    """The driver worker's model runner, which owns `state` (an nnx.State) and `state_leaves`."""
+    return _path(self.handle, self.RUNNER_PATH)
 
-    def _targets(self) -> dict:
-        if not isinstance(getattr(self.runner, "state", None), nnx.State):  # torch runners keep torch modules
-            raise RuntimeError(f"this vLLM's model runner ({type(self.runner).__name__}) has no JAX nnx.State; "
-                               "the adapter writes vLLM's JAX backend (`pip install vllm-tpu`, a TPU runtime)")
-        return {name: (tuple(np.shape(_array(v))), np.dtype(_array(v).dtype)) for name, _, v in _flat(self.runner.state)}
 
-    def _head_dim(self) -> int:
-        return self.runner.model_config.get_head_size()
+@patch
+def _targets(self: VllmEngine) -> dict:
+    if not isinstance(getattr(self.runner, "state", None), nnx.State):  # torch runners keep torch modules
+        raise RuntimeError(f"this vLLM's model runner ({type(self.runner).__name__}) has no JAX nnx.State; "
+                           "the adapter writes vLLM's JAX backend (`pip install vllm-tpu`, a TPU runtime)")
+    return {name: (tuple(np.shape(_array(v))), np.dtype(_array(v).dtype)) for name, _, v in _flat(self.runner.state)}
 
-    def _reset_prefix_cache(self):
-        self.handle.reset_prefix_cache()
 
-    def _before_write(self):
-        self._reset_prefix_cache()
-        self.handle.collective_rpc("delete_kv_cache")
+@patch
+def _head_dim(self: VllmEngine) -> int:
+    return self.runner.model_config.get_head_size()
 
-    def _write(self, tensors: dict):
-        mesh = getattr(self.runner, "mesh", None)
-        flat = [(p, v.replace(a) if isinstance(v, nnx.Variable) else a)  # on a real mesh, placed as the rule says
-                for name, p, v in _flat(self.runner.state) for a in [_place(tensors[name], self.mapping, name, mesh)]]
-        self.runner.state = nnx.from_flat_state(flat)  # the nested nnx.State rebuilt with the new arrays
+# %% ../../nbs/42_external_engines.ipynb #946422e6
+@patch
+def _reset_prefix_cache(self: VllmEngine):
+    self.handle.reset_prefix_cache()
 
-    def _refresh_leaves(self):
-        self.runner.refresh_state_leaves()  # the runner re-derives the leaves its compiled functions read
 
-    def _after_write(self):
-        self._refresh_leaves()
-        self.handle.collective_rpc("reinitialize_kv_cache")
+@patch
+def _before_write(self: VllmEngine):
+    self._reset_prefix_cache()
+    self.handle.collective_rpc("delete_kv_cache")
 
-    def describe(self) -> str:
-        """One line: engine, dtype, layout and what a sync does."""
-        return (f"vllm: LLM on its own devices, {self.dtype}, head_dim {self._head_dim()}, "
-                f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes runner.state through "
-                f"the mapping (prefix cache reset, KV cache deleted/re-initialised, state_leaves refreshed)")
+
+@patch
+def _write(self: VllmEngine, tensors: dict):
+    mesh = getattr(self.runner, "mesh", None)
+    flat = [(p, v.replace(a) if isinstance(v, nnx.Variable) else a)  # on a real mesh, placed as the rule says
+            for name, p, v in _flat(self.runner.state) for a in [_place(tensors[name], self.mapping, name, mesh)]]
+    self.runner.state = nnx.from_flat_state(flat)  # the nested nnx.State rebuilt with the new arrays
+
+
+@patch
+def _refresh_leaves(self: VllmEngine):
+    self.runner.refresh_state_leaves()  # the runner re-derives the leaves its compiled functions read
+
+
+@patch
+def _after_write(self: VllmEngine):
+    self._refresh_leaves()
+    self.handle.collective_rpc("reinitialize_kv_cache")
+
+# %% ../../nbs/42_external_engines.ipynb #ac34a53c
+@patch
+def describe(self: VllmEngine) -> str:
+    """One line: engine, dtype, layout and what a sync does."""
+    return (f"vllm: LLM on its own devices, {self.dtype}, head_dim {self._head_dim()}, "
+            f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes runner.state through "
+            f"the mapping (prefix cache reset, KV cache deleted/re-initialised, state_leaves refreshed)")
 
 # %% ../../nbs/42_external_engines.ipynb #11d4479a
 def _place(array: np.ndarray, mapping: MappingConfig, name: str, mesh):
@@ -496,45 +511,64 @@ class SglangJaxEngine(ExternalEngine):
         engine.sync_weights(actor)
         return engine
 
-    @property
-    def runner(self):
-        """The scheduler's model runner, which owns `model` and `model_state_leaves`."""
-        return _path(self.handle, self.RUNNER_PATH)
+# %% ../../nbs/42_external_engines.ipynb #eefe30f7
+@patch(as_prop=True)
+def runner(self: SglangJaxEngine):
+    """The scheduler's model runner, which owns `model` and `model_state_leaves`."""
+    return _path(self.handle, self.RUNNER_PATH)
 
-    def _flat_state(self) -> list:
-        return [(name, v) for name, _, v in _flat(nnx.state(self.runner.model, nnx.Param))]
 
-    def _targets(self) -> dict:
-        return {name: (tuple(np.shape(v.get_value())), np.dtype(v.get_value().dtype)) for name, v in self._flat_state()}
+@patch
+def _flat_state(self: SglangJaxEngine) -> list:
+    return [(name, v) for name, _, v in _flat(nnx.state(self.runner.model, nnx.Param))]
 
-    def _head_dim(self) -> int:
-        return self.runner.model_config.head_dim
 
-    def _before_write(self):
-        pass  # the engine's KV pool is sized by config, not by weights: nothing to free first
+@patch
+def _targets(self: SglangJaxEngine) -> dict:
+    return {name: (tuple(np.shape(v.get_value())), np.dtype(v.get_value().dtype)) for name, v in self._flat_state()}
 
-    def _write(self, tensors: dict):
-        mesh = getattr(self.runner, "mesh", None)
-        flat = [(p, v.replace(_place(tensors[name], self.mapping, name, mesh)))
-                for name, p, v in _flat(nnx.state(self.runner.model, nnx.Param))]
-        nnx.update(self.runner.model, nnx.from_flat_state(flat))
-        self._new_state = nnx.split(self.runner.model)[1]  # every variable, as the compiled forward flattens it
 
-    def _refresh_leaves(self):
-        self.runner.model_state_leaves = jax.tree.leaves(self._new_state)
+@patch
+def _head_dim(self: SglangJaxEngine) -> int:
+    return self.runner.model_config.head_dim
 
-    def _flush_cache(self):
-        self.handle.flush_cache()
+# %% ../../nbs/42_external_engines.ipynb #d6e22cc0
+@patch
+def _before_write(self: SglangJaxEngine):
+    pass  # the engine's KV pool is sized by config, not by weights: nothing to free first
 
-    def _after_write(self):
-        self._refresh_leaves()
-        self._flush_cache()
 
-    def describe(self) -> str:
-        """One line: engine, dtype, layout and what a sync does."""
-        return (f"sglang_jax: Engine on its own devices, {self.dtype}, "
-                f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes the runner's model state "
-                f"through the mapping, replaces model_state_leaves and flushes the radix cache")
+@patch
+def _write(self: SglangJaxEngine, tensors: dict):
+    mesh = getattr(self.runner, "mesh", None)
+    flat = [(p, v.replace(_place(tensors[name], self.mapping, name, mesh)))
+            for name, p, v in _flat(nnx.state(self.runner.model, nnx.Param))]
+    nnx.update(self.runner.model, nnx.from_flat_state(flat))
+    self._new_state = nnx.split(self.runner.model)[1]  # every variable, as the compiled forward flattens it
+
+
+@patch
+def _refresh_leaves(self: SglangJaxEngine):
+    self.runner.model_state_leaves = jax.tree.leaves(self._new_state)
+
+
+@patch
+def _flush_cache(self: SglangJaxEngine):
+    self.handle.flush_cache()
+
+
+@patch
+def _after_write(self: SglangJaxEngine):
+    self._refresh_leaves()
+    self._flush_cache()
+
+# %% ../../nbs/42_external_engines.ipynb #2327f7d4
+@patch
+def describe(self: SglangJaxEngine) -> str:
+    """One line: engine, dtype, layout and what a sync does."""
+    return (f"sglang_jax: Engine on its own devices, {self.dtype}, "
+            f"{self.runner.model_config.get_total_num_kv_heads()} KV heads; sync writes the runner's model state "
+            f"through the mapping, replaces model_state_leaves and flushes the radix cache")
 
 # %% ../../nbs/42_external_engines.ipynb #07470e21
 def _run_coroutine(make):
