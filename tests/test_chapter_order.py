@@ -117,3 +117,53 @@ def test_forward_imports_and_non_modules_pass(tmp_path):
                               "b/late.py": ("20_late", "from ..a.early import X\nfrom ..a import early\n"),
                               "b/same.py": ("20_late", "from .late import X\n")})
     assert violations(pkg) == {}
+
+
+# Demo cells that read a later chapter's module on purpose, and why. Exported code never may.
+DEMO_FORWARD_READS = {
+    ("00_run_it_first", "tunix_lit.recipes"): "the opening chapter runs the finished library's recipes first",
+    ("00_run_it_first", "tunix_lit.runtime"): "the opening chapter tunes the host allocator, as a user of the library",
+    ("00_run_it_first", "tunix_lit.generate.sampler"): "the opening chapter samples the real model it just trained",
+    ("10_model", "tunix_lit.models.load"): "its slow cell previews the real Gemma 3 270M before chapters 12-13c "
+                                           "explain how the weights arrive",
+    ("12_loader", "tunix_lit.models.gguf"): "its MODEL setting may name a real model, which chapter 12b's GGUF "
+                                            "reader turns into a checkpoint",
+    ("13b_tiny_world", "tunix_lit.runtime"): "its slow retraining cell tunes the host allocator of chapter 14",
+    ("21_rl_cluster", "tunix_lit.sft.lora"): "LoRA actors are previewed with chapter 61's adapters",
+    ("41_weight_sync", "tunix_lit.sft.lora"): "syncing a LoRA actor, with chapter 61's adapters",
+    ("42_external_engines", "tunix_lit.sft.lora"): "syncing a LoRA actor, with chapter 61's adapters",
+    ("22_multihost", "tunix_lit.cli"): "its slow cells launch the finished command line's train job in two processes",
+    ("53_agentic_learner", "tunix_lit.sft.trainer"): "reads a name from chapter 60's trainer",
+}
+
+
+def demo_violations(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """(notebook, module) -> the module's notebook, for each later chapter's module a demo cell imports."""
+    import nbformat
+
+    package = root / "tunix_lit"
+    owner = {module_name(p, root): notebook_of(p) for p in package.rglob("*.py")}
+    found = {}
+    for path in sorted((root / "nbs").glob("[0-9]*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or re.search(r"^#\s*\|\s*export", cell.source, re.M):
+                continue
+            source = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("!", "%")))
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                continue
+            for name in imported_names(tree, "tunix_lit", True):
+                other = owner.get(name)
+                if other is not None and other > path.stem:
+                    found[(path.stem, name)] = other
+    return found
+
+
+def test_no_chapter_demo_imports_a_later_chapter():
+    found = demo_violations()
+    new = {k: v for k, v in found.items() if k not in DEMO_FORWARD_READS}
+    assert not new, "demo cells importing a later chapter's module: " + "; ".join(
+        f"{nb} imports {m} ({o})" for (nb, m), o in sorted(new.items()))
+    unused = set(DEMO_FORWARD_READS) - set(found)
+    assert not unused, f"allowances no longer needed (remove them): {sorted(unused)}"
