@@ -130,6 +130,8 @@ DEMO_FORWARD_READS = {
                                             "reader turns into a checkpoint",
     ("13b_tiny_world", "tunix_lit.runtime"): "its slow retraining cell tunes the host allocator of chapter 14",
     ("21_rl_cluster", "tunix_lit.sft.lora"): "LoRA actors are previewed with chapter 61's adapters",
+    ("33_ppo", "tunix_lit.sft.lora"): "on a real checkpoint the checked batch's actor trains chapter 61's adapters",
+    ("53_agentic_learner", "tunix_lit.sft.lora"): "a real model's run trains chapter 61's adapters",
     ("41_weight_sync", "tunix_lit.sft.lora"): "syncing a LoRA actor, with chapter 61's adapters",
     ("42_external_engines", "tunix_lit.sft.lora"): "syncing a LoRA actor, with chapter 61's adapters",
     ("22_multihost", "tunix_lit.cli"): "its slow cells launch the finished command line's train job in two processes",
