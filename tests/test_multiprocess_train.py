@@ -66,6 +66,7 @@ def assert_same_metrics(a_dir, b_dir, rtol=1e-4):
                                    err_msg=f"step {x['step']} ({x['mode']})")
 
 
+@pytest.mark.slow  # 54 s of two training processes; chapter 22's default cells launch and check two processes
 def test_two_processes_equal_one_on_a_short_grpo_run(tmp_path):
     """In the default run: one GRPO step as 2 processes x 4 devices logs and summarises what 1 x 8 does."""
     args = GRPO + ["training.max_steps=1", "task.heldout_size=16", "eval.batch_size=16"]

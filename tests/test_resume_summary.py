@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import numpy as np
 
 from tunix_lit import cli, recipes
@@ -66,6 +68,7 @@ def _numbers(tree, prefix=""):
     return {prefix[:-1]: tree}
 
 
+@pytest.mark.slow  # 31 s: a run killed past a checkpoint, resumed, compared
 def test_a_killed_and_resumed_run_summarises_like_the_uninterrupted_one(tmp_path):
     assert cli.main(["train", *ARGS, "--run-dir", str(tmp_path / "whole"), "--no-progress"]) == 0
     saved, logged = _kill_past_a_checkpoint(tmp_path / "cut")

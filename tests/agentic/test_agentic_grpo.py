@@ -213,6 +213,7 @@ def test_the_training_stream_mixes_easy_sums_in_and_leaves_the_held_out_ones_out
             next(calculator_tasks(easy_fraction=bad))
 
 
+@pytest.mark.slow  # 15 s of a full agentic job
 def test_the_job_writes_the_grpo_run_directory_and_resumes(tmp_path):
     pytest.importorskip("matplotlib", reason="the run directory's curve.png is drawn with matplotlib")
     run = tmp_path / "run"

@@ -181,6 +181,7 @@ def test_recipe_keys_are_checked_with_the_nearest_name(tmp_path):
     assert recipe["training"]["max_steps"] == 7 and recipe["run_dir"] == str(Path("runs") / "grpo_tiny")
 
 
+@pytest.mark.slow  # 27 s; resume is checked in the default run by test_resume_gives_the_same_parameters_as_an_uninterrupted_run
 def test_train_command_writes_the_run_directory_and_resumes(tmp_path):
     pytest.importorskip("matplotlib", reason="the run directory's curve.png is drawn with matplotlib")
     run = tmp_path / "run"

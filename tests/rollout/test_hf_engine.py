@@ -71,6 +71,7 @@ def test_greedy_equals_the_vanilla_engine_token_for_token(tok):
         np.testing.assert_allclose(x, y, atol=F32_TOL)
 
 
+@pytest.mark.slow  # 22 s; the hf engine's sync is checked by the default run's placement tests
 def test_log_probs_equal_the_actors_after_updates(tok):
     """Full fine-tune (the LoRA case is the unbroken control of the sabotage test below)."""
     actor = tiny.load()[0]
