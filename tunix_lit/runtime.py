@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['planned_backend', 'tune_host_allocator', 'host_allocator_tuned', 'CpuId', 'cpu_id', 'eigen_dots_measured_faster',
-           'decode_compiler_options']
+           'decode_compiler_options', 'StateView']
 
 # %% ../nbs/14_host_runtime.ipynb #6881f3b5
 # The knobs are glibc's mallopt parameters (malloc.h): M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD,
@@ -137,3 +137,38 @@ def decode_compiler_options(platform_name: str, cpu: Optional[CpuId] = None) -> 
     if choice == "auto":  # measured per kind of core (see the text above); unmeasured ones keep XLA's default
         choice = "eigen" if eigen_dots_measured_faster(cpu_id() if cpu is None else cpu) else "ynnpack"
     return {**_IN_PLACE, **(_EIGEN_DOTS if choice == "eigen" else {})}
+
+# %% ../nbs/14_host_runtime.ipynb #b164728f
+class StateView:
+    """The variables of an NNX object under one filter, found once: their arrays then read and written as a flat list."""
+
+    def __init__(self, node, filter=...):
+        import jax  # imported here: importing this module starts no JAX (see the allocator above)
+        from flax import nnx
+
+        state = nnx.state(node, filter)  # the object's own Variables, not copies
+        self.variables = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+        self.treedef = jax.tree.structure(state)
+        if self.treedef.num_leaves != len(self.variables):
+            raise ValueError(f"{len(self.variables)} variables hold {self.treedef.num_leaves} arrays; a view needs "
+                             "exactly one array per variable (a variable holding None or a tuple cannot be viewed)")
+
+    def __len__(self) -> int:
+        return len(self.variables)
+
+    def arrays(self) -> list:
+        """The array each variable holds now (its raw value: the leaf jit and nnx.state see), in the view's order."""
+        return [v.get_raw_value() for v in self.variables]
+
+    def write(self, arrays) -> None:
+        """Put `arrays` (the order and count of `arrays()`) into the variables."""
+        if len(arrays) != len(self.variables):
+            raise ValueError(f"got {len(arrays)} arrays for a view of {len(self.variables)} variables")
+        for v, x in zip(self.variables, arrays):
+            v.set_raw_value(x)  # as nnx.update does: no copy, no value hooks
+
+    def state(self, arrays):
+        """An nnx.State of fresh variables holding `arrays`: what a traced function merges back into a module."""
+        import jax
+
+        return jax.tree.unflatten(self.treedef, list(arrays))

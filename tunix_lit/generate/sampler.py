@@ -299,21 +299,36 @@ class Sampler:
         self._decode = jax.jit(self._trace_decode, static_argnames=("mode",), donate_argnames=("carry",),
                                compiler_options=self.compiler_options)
 
-    def _trace_prefill(self, state, *args, buffer_len, mode, repeat):
+    # the compiled functions take the weights as a flat list of arrays (fast to dispatch, chapter 14's
+    # StateView); the state is rebuilt from it while tracing
+    def _trace_prefill(self, arrays, *args, buffer_len, mode, repeat):
         self.traces["prefill"] += 1
-        return prefill(self.graphdef, state, *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype,
+        return prefill(self.graphdef, self._view.state(arrays), *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype,
                        repeat=repeat, append_last=self.append_last)
 
-    def _trace_decode(self, state, carry, *args, mode):
+    def _trace_decode(self, arrays, carry, *args, mode):
         self.traces["decode"] += 1
-        return decode(self.graphdef, state, carry, *args, mode=mode, copies=self.decode_copies,
+        return decode(self.graphdef, self._view.state(arrays), carry, *args, mode=mode, copies=self.decode_copies,
                       merge=self.decode_merge)
 
 # %% ../../nbs/15_sampler.ipynb #575c9489
 @patch(as_prop=True)
 def state(self: Sampler) -> nnx.State:
-    """The model's variables as the compiled functions receive them."""
+    """The model's variables the compiled functions read."""
     return self._state
+
+
+@patch
+def _check_arrays(self: Sampler, arrays: list) -> None:
+    """Refuse new weights whose count, shapes or dtypes differ from the held ones, naming the first variable that does."""
+    old = self._view.arrays()
+    if len(arrays) != len(old):
+        raise ValueError("new state must have the same structure as the sampler's model; "
+                         f"got {len(arrays)} leaves, expected {len(old)}")
+    for i, (a, b) in enumerate(zip(old, arrays)):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(self._state)[0][i][0])
+            raise ValueError(f"new state {path}: expected {a.shape} {a.dtype}, got {b.shape} {b.dtype}")
 
 
 @patch(set_prop=True)
@@ -321,18 +336,29 @@ def state(self: Sampler, new: Union[nnx.State, nnx.Module]):
     """Swap in new weights (same structure, shapes and dtypes): no recompilation."""
     if isinstance(new, nnx.Module):
         new = nnx.state(new)
-    if hasattr(self, "_state"):
-        old_leaves, old_tree = jax.tree.flatten(self._state)
-        new_leaves, new_tree = jax.tree.flatten(new)
-        if old_tree != new_tree:
+    view = runtime.StateView(new)
+    if hasattr(self, "_view"):
+        if view.treedef != self._view.treedef:
             raise ValueError("new state must have the same structure as the sampler's model; "
-                             f"got {new_tree.num_leaves} leaves, expected {old_tree.num_leaves}")
-        for path, a, b in zip(jax.tree_util.tree_flatten_with_path(new)[0], old_leaves, new_leaves):
-            if (a.shape, a.dtype) != (b.shape, b.dtype):
-                raise ValueError(f"new state {jax.tree_util.keystr(path[0])}: expected {a.shape} {a.dtype}, "
-                                 f"got {b.shape} {b.dtype}")
-    self._state = new
+                             f"got {view.treedef.num_leaves} leaves, expected {self._view.treedef.num_leaves}")
+        self._check_arrays(view.arrays())
+    self._state, self._view = new, view
     self._mesh = tfm.mesh_of(new)
+
+
+@patch
+def set_arrays(self: Sampler, arrays: Sequence[jax.Array]) -> None:
+    """Swap in new weights given as the flat list `jax.tree.leaves(sampler.state)` (a sync's fast path: no tree walk)."""
+    arrays = list(arrays)
+    self._check_arrays(arrays)
+    self._view.write(arrays)  # into the variables the sampler reads (a model's own if built from it directly)
+    self._mesh = tfm.mesh_of(arrays)
+
+
+@patch(as_prop=True)
+def view(self: Sampler) -> runtime.StateView:
+    """Chapter 14's StateView of the variables the sampler reads: their arrays as one flat list."""
+    return self._view
 
 
 @patch(as_prop=True)
@@ -432,9 +458,10 @@ def generate(self: Sampler, prompt_ids, max_new_tokens: int = 32, *, prompt_mask
     key = self._next_key(seed)
     args = (np.float32(temperature), np.float32(top_p or 1.0), stop_ids, np.int32(tok.pad_id))
     with jax.set_mesh(self._mesh) if self._mesh is not None else contextlib.nullcontext():
-        carry = self._prefill(self._state, left_pad(rows[::k], P, tok.pad_id), pad[::k], key, *args,
+        weights = self._view.arrays()  # read now: a sampler built from a model follows its updates
+        carry = self._prefill(weights, left_pad(rows[::k], P, tok.pad_id), pad[::k], key, *args,
                               buffer_len=P + G, mode=mode, repeat=k)
-        carry = self._decode(self._state, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
+        carry = self._decode(weights, carry, np.int32(P + max_new_tokens - 1), key, *args, mode=mode)
     tokens, logprobs = tfm.to_host((carry.tokens, carry.logprobs))  # the one transfer per call (gathered across processes)
     return self._collect(rows, tokens[:, P:P + max_new_tokens], logprobs[:, P:P + max_new_tokens], stops, echo)
 

@@ -20,6 +20,7 @@ from fastcore.basics import patch
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from .. import runtime
 from ..models import transformer as tfm
 
 
@@ -181,13 +182,17 @@ class TrainerCore:
         self._optimizer = nnx.Optimizer(model, optimizer, wrt=self.wrt)
         # split once: the donated part (trainable params + optimizer state) and the frozen rest
         self._donated = nnx.Any(self.wrt, nnx.OptState)
-        self._graphdef, state, self._frozen = nnx.split((model, self._optimizer), self._donated, ...)
-        self._carry = self._place((state, jax.random.key(seed), jnp.zeros((), bool)))  # (state, rng, halted)
+        self._graphdef, state, frozen = nnx.split((model, self._optimizer), self._donated, ...)
+        # the step takes both parts as flat lists of arrays (chapter 14's StateView: fast dispatch, and a
+        # sync that writes arrays back without walking the module graph); states are rebuilt while tracing
+        self._view = runtime.StateView((model, self._optimizer), self._donated)
+        self._frozen_def, self._frozen = jax.tree.structure(frozen), jax.tree.leaves(frozen)
+        self._carry = self._place((self._view.arrays(), jax.random.key(seed), jnp.zeros((), bool)))  # (arrays, rng, halted)
         self._stale = False  # True while the nnx objects lag behind self._carry
         out = None if mesh is None else (jax.tree.map(lambda x: x.sharding, self._carry), None)
         # donate the carry: params and optimizer state are replaced every step, so XLA updates them in place
         # (donate=False when something else still reads the parameters, e.g. an RL rollout sharing them)
-        self._train_step = jax.jit(make_train_step(self._graphdef, loss_fn, self.wrt, self.accumulation),
+        self._train_step = jax.jit(self._flat(make_train_step(self._graphdef, loss_fn, self.wrt, self.accumulation)),
                                    donate_argnums=0 if donate else (), out_shardings=out)
         self.step = 0  # optimizer updates done
         self.data_position = 0  # micro-batches consumed (the loop that feeds the trainer advances it)
@@ -208,12 +213,34 @@ def _place(self: TrainerCore, carry):
 
     return jax.tree.map(one, carry)
 
+
+@patch
+def _flat(self: TrainerCore, step: Callable) -> Callable:
+    """`step` over (state, frozen) nnx.States as a function of the flat array lists the trainer carries."""
+    view, frozen_def = self._view, self._frozen_def
+
+    def flat_step(carry, frozen, batch):
+        arrays, rng, halted = carry
+        (state, rng, halted), metrics = step((view.state(arrays), rng, halted),
+                                             jax.tree.unflatten(frozen_def, frozen), batch)
+        if jax.tree.structure(state) != view.treedef:  # trace time: the new state must line up with the view
+            raise ValueError("the train step returned a state whose structure differs from the trainer's carry")
+        return (jax.tree.leaves(state), rng, halted), metrics
+
+    return flat_step
+
+
+@patch
+def _states(self: TrainerCore) -> tuple:
+    """(carried state, frozen rest) as nnx.States, for the occasional call that wants them (evaluation)."""
+    return self._view.state(self._carry[0]), jax.tree.unflatten(self._frozen_def, self._frozen)
+
 # %% ../../nbs/17_train_step.ipynb #41d1aad6
 @patch
 def sync_model(self: TrainerCore) -> None:
     """Write the carried (possibly donated) trainable state back into the model and optimizer."""
     if self._stale:
-        nnx.update((self._model, self._optimizer), self._carry[0])
+        self._view.write(self._carry[0])  # one assignment per variable; no walk of the module graph
         self._stale = False
 
 
@@ -249,8 +276,7 @@ def load_state(self: TrainerCore, params: nnx.State, opt_state: nnx.State, rng: 
     self.sync_model()
     nnx.update(self._model, params)
     nnx.update(self._optimizer, opt_state)
-    state = nnx.state((self._model, self._optimizer), self._donated)
-    self._carry = self._place((state, rng, jnp.zeros((), bool)))
+    self._carry = self._place((self._view.arrays(), rng, jnp.zeros((), bool)))
     self.step = int(step)
 
 # %% ../../nbs/17_train_step.ipynb #37234ba8

@@ -300,7 +300,7 @@ class DPOTrainer(peft.PeftTrainer):
         sums = None
         for i, batch in enumerate(data):
             batch = peft.shard_batch(self._validate(batch, f"eval batch {i}"), self.mesh, self.config.data_axes)
-            out = self._pair_eval(self._carry[0], self._frozen, self._with_reference(batch))
+            out = self._pair_eval(*self._states(), self._with_reference(batch))
             sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
         if sums is None:
             warnings.warn("eval data gave no batches (a spent iterator? pass a list or a callable); nothing logged")

@@ -336,7 +336,7 @@ def evaluate(self: PeftTrainer, eval_data) -> dict:
     sums = None
     for i, batch in enumerate(data):
         batch = shard_batch(self._validate(batch, f"eval batch {i}"), self.mesh, self.config.data_axes)
-        out = self._eval_step(self._carry[0], self._frozen, batch)
+        out = self._eval_step(*self._states(), batch)
         sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
     if sums is None:
         warnings.warn("eval data gave no batches (a spent iterator? pass a list or a callable); nothing logged")
