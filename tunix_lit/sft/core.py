@@ -213,7 +213,7 @@ def _place(self: TrainerCore, carry):
 
     return jax.tree.map(one, carry)
 
-
+# %% ../../nbs/17_train_step.ipynb #7f2e8f86
 @patch
 def _flat(self: TrainerCore, step: Callable) -> Callable:
     """`step` over (state, frozen) nnx.States as a function of the flat array lists the trainer carries."""
