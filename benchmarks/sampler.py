@@ -51,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--min-time-s", type=float, default=2.0,
                    help="and keep calling until the timed calls add up to this (a 70 ms call gets ~30 samples)")
     p.add_argument("--cache-size", type=int, default=0, help="buffer length; 0 = prompt_len + gen_len")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help=">0: LoRA adapters (alpha = 2 x rank) on every projection, decoded in the loop as an RL rollout does")
     p.add_argument("--eos", default="ignore", choices=["ignore", "forbid"],
                    help="both mean: no stop token (forbidden tokens are not implemented here)")
     p.add_argument("--roofline", default="auto", choices=["auto", "on", "off"],
@@ -157,6 +159,11 @@ def main(argv=None):
     t0 = time.perf_counter()
     cfg = model_config(args)
     model = create_model(cfg, seed=args.seed)
+    if args.lora_rank > 0:  # the GRPO rollout's model: the adapters stay in the decode loop off a CPU
+        from sft_step import LORA_TARGETS
+        from tunix_lit.sft.lora import apply_lora
+
+        model = apply_lora(model, rank=args.lora_rank, alpha=float(2 * args.lora_rank), targets=LORA_TARGETS)
     jax.block_until_ready(jax.tree.leaves(model))
     build_s = time.perf_counter() - t0
     buffer_len = args.cache_size or (args.prompt_len + args.gen_len)
@@ -187,6 +194,7 @@ def main(argv=None):
                    seed=args.seed),
         n_params=int(sum(x.size for x in jax.tree.leaves(sampler.state))),
         batch=args.batch, prompt_len=args.prompt_len, gen_len=args.gen_len, cache_size=buffer_len,
+        lora_rank=args.lora_rank,
         eos_mode=args.eos,
         generated_tokens_per_seq=gen_lens,
         deterministic_across_repeats=bool(same),

@@ -3,6 +3,7 @@
     python3 benchmarks/tpu_compare.py --budget 540                      # on the TPU machine, from the repo root
     python3 benchmarks/tpu_compare.py --parts grpo,sft,trace --budget 540   # a first call
     python3 benchmarks/tpu_compare.py --parts trace,sampler --budget 540    # a second call
+    python3 benchmarks/tpu_compare.py --parts decode --budget 200           # the rollout decode: plain vs LoRA r8 (ours)
     python3 benchmarks/tpu_compare.py --platform cpu --tiny --budget 900   # the same driver on a CPU, tiny shapes
     python3 benchmarks/tpu_compare.py --summarize a.json b.json            # merge the rows of two calls
 
@@ -45,7 +46,8 @@ QWEN06 = ["--embed-dim", "1024", "--hidden-dim", "3072", "--num-heads", "16", "-
 TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-kv-heads", "1", "--head-dim", "32",
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
-COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "sampler_b1": 80, "sampler_b32": 80}
+COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
+          "sampler_b32": 80}
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache
 
 
@@ -72,6 +74,11 @@ def work(tiny: bool) -> dict:
         "trace": (["benchmarks/train_trace.py", "both", *train, *grpo[:8], "--sft-batch", sft[1], "--seq-len", sft[3],
                    *lora, "--steps", "3", "--trace-steps", "2"], None),
     }
+    # the GRPO rollout's decode alone, ours only: plain weights against LoRA r8 adapters in the loop (an A/B)
+    decode = ["--batch", str(int(grpo[1]) * int(grpo[3])), "--prompt-len", grpo[5], "--gen-len", grpo[7],
+              *smp[6:8], "--repeats", "3", "--roofline", "off"]
+    out["decode_plain"] = (["benchmarks/sampler.py", *train, *decode], None)
+    out["decode_lora8"] = (["benchmarks/sampler.py", *train, *decode, "--lora-rank", "8"], None)
     for b in batches:
         out[f"sampler_b{b}"] = (["benchmarks/sampler.py", *sample, "--batch", str(b), *smp],
                                 ["benchmarks/upstream_bench.py", "sampler", *sample, "--batch", str(b), *smp])
@@ -87,6 +94,7 @@ def plan(parts: list, rounds: int, tiny: bool) -> list:
     jobs = [(p, r, s) for r in range(1, rounds + 1) for p in train for s in order(r)]
     if "trace" in parts:
         jobs.append(("trace", 1, "ours"))
+    jobs += [(p, 1, "ours") for p in ("decode_plain", "decode_lora8") if p in parts or "decode" in parts]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in samplers for s in order(r)]
     return jobs
 
@@ -225,9 +233,9 @@ def summarize(rows: list, extra: dict) -> dict:
     parts, versions, machine = {}, {}, None
     for part in dict.fromkeys(r["part"] for r in rows):
         kind = "sampler" if part.startswith("sampler") else part
-        if part == "trace":
-            got = [r for r in rows if r["part"] == "trace" and ok(r)]
-            parts["trace"] = got[-1]["result"] if got else {"missing": "did not run or failed"}
+        if part == "trace" or part.startswith("decode"):  # ours only: its last good record
+            got = [r for r in rows if r["part"] == part and ok(r)]
+            parts[part] = got[-1]["result"] if got else {"missing": "did not run or failed"}
             continue
         entry = {}
         for side in SIDES:
@@ -258,7 +266,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=540.0, help="seconds from start (install included) to stop by")
     p.add_argument("--parts", default="grpo,sft,trace,sampler",
-                   help="comma-separated: grpo, sft, trace, sampler (or sampler_b1 / sampler_b32)")
+                   help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / sampler_b32)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--platform", default="tpu", choices=["tpu", "cpu", "auto"], help="JAX_PLATFORMS for each side")
     p.add_argument("--tiny", action="store_true", help="tiny shapes: checks the driver itself (e.g. on a CPU)")
@@ -279,7 +287,7 @@ def main(argv=None) -> int:
     start = time.time()
     deadline = start + args.budget
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
-    known = set(work(args.tiny)) | {"sampler"}
+    known = set(work(args.tiny)) | {"sampler", "decode"}
     if set(parts) - known:
         p.error(f"--parts: unknown {sorted(set(parts) - known)}; allowed: {sorted(known)}")
     jobs = plan(parts, args.rounds, args.tiny)

@@ -47,6 +47,20 @@ def test_both_sides_get_the_same_flags(tc):
     assert ours[ours.index("--num-layers") + 1] == "8" and ours[ours.index("--lora-rank") + 1] == "8"
 
 
+def test_the_decode_ab_runs_the_grpo_rollout_shape_with_and_without_adapters(tc):
+    jobs = tc.plan(["trace", "decode"], rounds=2, tiny=False)
+    assert jobs == [("trace", 1, "ours"), ("decode_plain", 1, "ours"), ("decode_lora8", 1, "ours")]
+    spec = tc.work(tiny=False)
+    plain, lora = spec["decode_plain"][0], spec["decode_lora8"][0]
+    grpo = spec["grpo"][0]
+    value = lambda argv, flag: argv[argv.index(flag) + 1]
+    assert value(plain, "--batch") == str(int(value(grpo, "--batch")) * int(value(grpo, "--num-generations")))
+    assert value(plain, "--gen-len") == value(grpo, "--gen-len") and value(plain, "--num-layers") == "8"
+    assert lora == plain + ["--lora-rank", "8"] and spec["decode_plain"][1] is None  # ours only: an A/B
+    s = tc.summarize([row("decode_lora8", 1, "ours", tokens_per_s=5.0)], {})
+    assert s["parts"]["decode_lora8"] == {"tokens_per_s": 5.0}
+
+
 def row(part, rnd, side, **result):
     return dict(part=part, round=rnd, side=side, rc=0, timed_out=False, wall_s=1.0, result=result)
 
