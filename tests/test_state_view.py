@@ -108,7 +108,8 @@ def test_the_sampler_takes_flat_weights_and_refuses_a_wrong_shape():
         sampler.set_arrays(wrong)
 
 
-def test_steady_grpo_steps_walk_no_module_graph(monkeypatch):
+@pytest.mark.parametrize("measure_gap", [True, False])
+def test_steady_grpo_steps_walk_no_module_graph(monkeypatch, measure_gap):
     from tunix_lit.rl.cluster import RLCluster, RolloutConfig
     from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
     from tunix_lit.rl.learner import RLTrainingConfig
@@ -126,24 +127,29 @@ def test_steady_grpo_steps_walk_no_module_graph(monkeypatch):
     actor = apply_lora(tiny(), rank=4, alpha=8.0, targets=".*q_proj|.*v_proj")
     cluster = RLCluster(actor, Ids(), reference="actor",
                         rollout_config=RolloutConfig(max_new_tokens=8, max_prompt_length=8, temperature=0.9,
-                                                     stop_tokens=(-1,), seed=0))
+                                                     stop_tokens=(-1,), seed=0, measure_logp_gap=measure_gap))
     even = lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions]
     learner = GRPOLearner(cluster, optax.adamw(1e-4), RLTrainingConfig(batch_size=2, max_steps=2, progress_bar=False),
                           GRPOConfig(num_generations=2, beta=0.04), reward_fns=[even])
     data = [{"prompt": "1 5 6 7"} for _ in range(12)]
     learner.train(data[:4])  # warm-up: compiles, and the views are built
     walks = collections.Counter()
-    original = graphlib.flatten
 
-    def counted(*args, **kwargs):
-        walks["flatten"] += 1
-        return original(*args, **kwargs)
+    def counting(name):
+        original = getattr(graphlib, name)
 
-    monkeypatch.setattr(graphlib, "flatten", counted)
-    nnx.state(actor)
-    assert walks["flatten"] == 1  # the counter sees a walk
+        def counted(*args, **kwargs):
+            walks[name] += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    for name in ("flatten", "unflatten"):  # every split/state/update walks with the one, every merge with the other
+        monkeypatch.setattr(graphlib, name, counting(name))
+    nnx.merge(*nnx.split(actor))
+    assert walks["flatten"] >= 1 and walks["unflatten"] >= 1  # the counters see walks
     walks.clear()
     learner.config = dataclasses.replace(learner.config, max_steps=5)
     learner.train(data)  # the learner skips the rows it has consumed
     assert learner.step == 5
-    assert walks["flatten"] == 0, f"{walks['flatten']} module-graph walks in 3 steady GRPO steps"
+    assert not walks, f"module-graph walks in 3 steady GRPO steps: {dict(walks)}"

@@ -289,12 +289,17 @@ def _trainable_mask(self: RLCluster) -> list:
     return self._mask
 
 # %% ../../nbs/21_rl_cluster.ipynb #c4667923
+def _runs_our_module(engine) -> bool:
+    """Does the engine expose a `model` of ours to score with? Asked of its class, so a `model` property is not built."""
+    return hasattr(type(engine), "model") or "model" in getattr(engine, "__dict__", {})
+
+
 @patch
 def mark_policy(self: RLCluster) -> None:
     """Take the actor's current weights as the policy rollouts must now come from (the gap's reference)."""
     self._policy = None
     wants_gap = self.rollout_config.measure_logp_gap and self.rollout.returns_logprobs
-    if not (wants_gap or not hasattr(self.rollout, "model")):  # rollout_logps of a foreign engine needs it too
+    if not (wants_gap or not _runs_our_module(self.rollout)):  # rollout_logps of a foreign engine needs it too
         return
     weights = self._weights(self.actor)  # the actor's arrays now (its variables were found once)
     if self.donate_actor:  # the trainer will overwrite the trainable buffers: keep copies (small for LoRA)
