@@ -61,6 +61,25 @@ def test_the_decode_ab_runs_the_grpo_rollout_shape_with_and_without_adapters(tc)
     assert s["parts"]["decode_lora8"] == {"tokens_per_s": 5.0}
 
 
+def test_the_readmes_decode_floor_is_the_benchmark_models_bytes(tc):
+    """benchmarks/README.md's 'about X GB ... under about Y ms at 819 GB/s' follows from the GRPO model's flags."""
+    import re
+
+    argv = tc.work(tiny=False)["grpo"][0]
+    v = lambda flag: int(argv[argv.index(flag) + 1])
+    D, F, L, V = v("--embed-dim"), v("--hidden-dim"), v("--num-layers"), v("--vocab-size")
+    q, kv = v("--num-heads") * v("--head-dim"), v("--num-kv-heads") * v("--head-dim")
+    params = V * D + L * (2 * D * q + 2 * D * kv + 3 * D * F)  # tied table + q, o, k, v, gate, up, down
+    gb = params * 2 / 1e9  # bfloat16
+    text = (BENCH / "README.md").read_text()
+    m = re.search(r"([\d,]+) × ([\d,]+) embedding,\s+about ([\d.]+) GB, so the loop cannot run under about (\d+) ms "
+                  r"at 819 GB/s", text)
+    assert m, "the decode-floor sentence is gone from benchmarks/README.md"
+    assert (int(m[1].replace(",", "")), int(m[2].replace(",", ""))) == (V, D)
+    assert m[3] == f"{gb:.2f}"
+    assert int(m[4]) == round(v("--gen-len") * gb / 819 * 1000)
+
+
 def row(part, rnd, side, **result):
     return dict(part=part, round=rnd, side=side, rc=0, timed_out=False, wall_s=1.0, result=result)
 
