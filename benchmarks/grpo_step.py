@@ -23,8 +23,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 from sft_step import add_model_args, build_model, env_info, LORA_TARGETS  # noqa: E402  (same model flags and builder)
-from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
+from machine import CompileLog, add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
 
 PAD_ID, BOS_ID, EOS_ID, FIRST_FREE_ID = 0, 1, 2, 3
 
@@ -78,7 +79,6 @@ def main(argv=None):
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 14); a no-op elsewhere
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
     t0 = time.perf_counter()
     import jax
     import numpy as np
@@ -104,6 +104,7 @@ def main(argv=None):
     build_s = time.perf_counter() - t0
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(actor, nnx.Param)))
     tok = IntTokenizer(args.vocab_size)
+    compiles = CompileLog(("tunix_lit", "benchmarks")).start()  # what the set-up and the first step compile
     t0 = time.perf_counter()
     cluster = RLCluster(actor, tok, reference="actor" if args.beta else None,
                         rollout_config=RolloutConfig(max_new_tokens=args.gen_len, max_prompt_length=args.prompt_len,
@@ -153,6 +154,8 @@ def main(argv=None):
                decode_compiler_options=runtime.decode_compiler_options(jax.default_backend()),
                import_s=round(import_s, 3), build_s=round(build_s, 3), cluster_and_learner_init_s=round(init_s, 3),
                first_step_s=round(steps[0], 4) if steps else None, step_s=[round(x, 4) for x in steps],
+               init_and_first_step_s=round(init_s + steps[0], 4) if steps else None,
+               first_step_compiles=compiles.summary(until=ends[0] - compiles.t0) if ends else None,
                median_step_s=round(statistics.median(rest), 4) if rest else None,
                min_step_s=round(min(rest), 4) if rest else None,
                phase_median_later_steps_s=dict(generate=med(gen), ref_logps=med(logps), update_and_sync=med(upd)),

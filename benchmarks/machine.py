@@ -147,6 +147,68 @@ def apply_max_isa(value) -> None:
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_cpu_max_isa={value}"])
 
 
+
+class CompileLog:
+    """Every compile JAX reports (tracing, lowering, backend compile or cache fetch), its seconds and the call
+    site in `roots` that asked for it: where a first step's time goes."""
+
+    KINDS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+             "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+             "/jax/core/compile/backend_compile_duration": "compile",
+             "/jax/compilation_cache/cache_retrieval_time_sec": "cache_fetch"}
+
+    def __init__(self, roots=("tunix_lit", "benchmarks")):
+        self.roots, self.events, self.t0 = tuple(roots), [], None
+
+    def start(self) -> "CompileLog":
+        """Listen from now on (JAX's listeners cannot be removed: stop() only stops the recording)."""
+        import time
+
+        import jax
+
+        self.t0 = time.perf_counter()
+        jax.monitoring.register_event_duration_secs_listener(self._on)
+        return self
+
+    def stop(self) -> None:
+        """Record nothing more."""
+        self.t0 = None
+
+    def _on(self, event, duration, **_):
+        import time
+        import traceback
+
+        kind = self.KINDS.get(event)
+        if kind is None or self.t0 is None:
+            return
+        site = "?"
+        for frame in reversed(traceback.extract_stack()[:-1]):  # the innermost frame of ours
+            root = next((r for r in self.roots if f"/{r}/" in frame.filename), None)
+            if root is not None:
+                site = f"{root}/{frame.filename.rsplit(f'/{root}/', 1)[1]}:{frame.lineno}"
+                break
+        self.events.append((time.perf_counter() - self.t0, kind, float(duration), site))
+
+    def summary(self, until=None, small_s=0.5, top=8) -> dict:
+        """Count and seconds per kind up to `until` (seconds after start), the compiles under `small_s`, and the
+        `top` call sites by compile seconds."""
+        ev = [e for e in self.events if until is None or e[0] <= until]
+        out = {}
+        for kind in ("trace", "lower", "compile", "cache_fetch"):
+            xs = [d for _, k, d, _ in ev if k == kind]
+            out[kind] = dict(n=len(xs), s=round(sum(xs), 3))
+        small = [d for _, k, d, _ in ev if k == "compile" and d < small_s]
+        out["small_compiles"] = dict(n=len(small), s=round(sum(small), 3), under_s=small_s)
+        sites = {}
+        for _, k, d, site in ev:
+            if k == "compile":
+                n, s = sites.get(site, (0, 0.0))
+                sites[site] = (n + 1, s + d)
+        ranked = sorted(sites.items(), key=lambda kv: -kv[1][1])[:top]
+        out["top_sites"] = [dict(site=site, n=n, s=round(s, 3)) for site, (n, s) in ranked]
+        return out
+
+
 if __name__ == "__main__":
     import argparse
 

@@ -26,6 +26,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2  # as upstream_bench.py's IdText
 FIRST_FREE_ID = 3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (the machine each figure names)
 
 

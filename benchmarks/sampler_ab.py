@@ -28,6 +28,7 @@ import time
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 import sampler as bench  # noqa: E402  (the model flags, the random decoder and the prompts of sampler.py)
 from machine import machine_info  # noqa: E402
 from sft_step import LORA_TARGETS  # noqa: E402  (all seven projections, as the SFT and GRPO benchmarks use)

@@ -23,6 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (the machine each figure names)
 
 
@@ -184,7 +185,6 @@ def main(argv=None):
     from tunix_lit import runtime
 
     runtime.tune_host_allocator()  # CPU runs: before JAX starts its threads (chapter 14); a no-op elsewhere
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
     t0 = time.perf_counter()
     import jax  # noqa: F401
 

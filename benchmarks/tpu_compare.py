@@ -4,6 +4,8 @@
     python3 benchmarks/tpu_compare.py --parts grpo,sft,trace --budget 540   # a first call
     python3 benchmarks/tpu_compare.py --parts trace,sampler --budget 540    # a second call
     python3 benchmarks/tpu_compare.py --parts decode --budget 200           # the rollout decode: plain vs LoRA r8 (ours)
+    python3 benchmarks/tpu_compare.py --parts grpo_l28,sft_l28,grpo_full_l28 --rounds 1   # 28 layers (call twice:
+                                                                           # the first fills the compile cache)
     python3 benchmarks/tpu_compare.py --platform cpu --tiny --budget 900   # the same driver on a CPU, tiny shapes
     python3 benchmarks/tpu_compare.py --summarize a.json b.json            # merge the rows of two calls
 
@@ -15,7 +17,9 @@
    GRPO LoRA r8 step (8-layer Qwen3-0.6B shape, 2 prompts x 4, 64 + 128 tokens) and the SFT LoRA r8 step
    (4 x 512, synchronous and dispatched back to back) for both rounds, then `train_trace.py` on our two
    steps (a `jax.profiler` trace and a host-side breakdown), then the sampler at batch 1 and 32
-   (28 layers, 128 + 128 tokens, bfloat16) for both rounds.
+   (28 layers, 128 + 128 tokens, bfloat16) for both rounds. The 28-layer parts (`grpo_l28`, `sft_l28`: the same
+   steps on all 28 layers; `grpo_full_l28`: the GRPO step as a full fine-tune, the largest that fits one chip)
+   run only when named, after the rest.
 3. Prints and writes (`$OUT/tpu_compare.json`) one JSON: each side's figures per round and their medians, the
    ratios ours / upstream, the trace analysis, the machine, both sides' versions, and every job's wall time.
 
@@ -47,7 +51,8 @@ TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-k
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
-          "sampler_b32": 80}
+          "sampler_b32": 80, "grpo_l28": 300, "sft_l28": 150, "grpo_full_l28": 300}
+LAYERS28 = ("grpo_l28", "sft_l28", "grpo_full_l28")  # run only when named
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache
 
 
@@ -79,6 +84,11 @@ def work(tiny: bool) -> dict:
               *smp[6:8], "--repeats", "3", "--roofline", "off"]
     out["decode_plain"] = (["benchmarks/sampler.py", *train, *decode], None)
     out["decode_lora8"] = (["benchmarks/sampler.py", *train, *decode, "--lora-rank", "8"], None)
+    # the same steps on every layer of the model (28 for Qwen3-0.6B; --tiny: 3); and a full fine-tune GRPO step
+    deep = ["--num-layers", "3" if tiny else "28", *train[2:]]
+    out["grpo_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora], ["benchmarks/upstream_bench.py", "grpo", *deep, *grpo, *lora])
+    out["sft_l28"] = (["benchmarks/sft_step.py", *deep, *sft, *lora], ["benchmarks/upstream_bench.py", "sft", *deep, *sft, *lora])
+    out["grpo_full_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo], ["benchmarks/upstream_bench.py", "grpo", *deep, *grpo])
     for b in batches:
         out[f"sampler_b{b}"] = (["benchmarks/sampler.py", *sample, "--batch", str(b), *smp],
                                 ["benchmarks/upstream_bench.py", "sampler", *sample, "--batch", str(b), *smp])
@@ -95,6 +105,7 @@ def plan(parts: list, rounds: int, tiny: bool) -> list:
     if "trace" in parts:
         jobs.append(("trace", 1, "ours"))
     jobs += [(p, 1, "ours") for p in ("decode_plain", "decode_lora8") if p in parts or "decode" in parts]
+    jobs += [(p, r, s) for r in range(1, rounds + 1) for p in LAYERS28 if p in parts for s in order(r)]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in samplers for s in order(r)]
     return jobs
 
@@ -204,12 +215,17 @@ def load_rows(paths) -> list:
     return rows
 
 
+def kind_of(part: str) -> str:
+    """grpo_l28 -> grpo, sampler_b32 -> sampler, decode_plain -> decode: which figures a part's rows hold."""
+    return part.split("_")[0]
+
+
 def ok(row) -> bool:
     return row.get("rc") == 0 and not row.get("timed_out") and "result" in row
 
 
 FIGURES = {  # part -> figure keys of each side's JSON line
-    "grpo": ("median_step_s", "first_step_s"),
+    "grpo": ("median_step_s", "first_step_s", "init_and_first_step_s"),
     "sft": ("median_step_s", "tokens_per_s", "pipelined_s_per_step", "pipelined_tokens_per_s", "first_step_s"),
     "sampler": ("tokens_per_s", "median_call_s", "first_call_s"),
 }
@@ -232,7 +248,7 @@ def summarize(rows: list, extra: dict) -> dict:
     rows = list(latest.values())
     parts, versions, machine = {}, {}, None
     for part in dict.fromkeys(r["part"] for r in rows):
-        kind = "sampler" if part.startswith("sampler") else part
+        kind = kind_of(part)
         if part == "trace" or part.startswith("decode"):  # ours only: its last good record
             got = [r for r in rows if r["part"] == part and ok(r)]
             parts[part] = got[-1]["result"] if got else {"missing": "did not run or failed"}
@@ -247,8 +263,10 @@ def summarize(rows: list, extra: dict) -> dict:
                 res = good[-1]["result"]
                 versions.setdefault(side, res.get("env"))  # the training rows' come first and name flax, optax, qwix
                 machine = machine or (res.get("machine") if side == "ours" else None)
-                if part == "grpo" and side == "ours":
+                if kind == "grpo" and side == "ours":
                     entry[side]["phases_last_round"] = res.get("phase_median_later_steps_s")
+                if kind == "grpo":  # where the set-up and first step spent their compile time (last good round)
+                    entry[side]["first_step_compiles"] = res.get("first_step_compiles")
                 if part.startswith("sampler") and side == "ours" and res.get("roofline"):
                     entry[side]["roofline"] = res["roofline"]
         for fig_key, name in RATIOS[kind]:
@@ -266,7 +284,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=540.0, help="seconds from start (install included) to stop by")
     p.add_argument("--parts", default="grpo,sft,trace,sampler",
-                   help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / sampler_b32)")
+                   help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / "
+                        "sampler_b32), grpo_l28, sft_l28, grpo_full_l28")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--platform", default="tpu", choices=["tpu", "cpu", "auto"], help="JAX_PLATFORMS for each side")
     p.add_argument("--tiny", action="store_true", help="tiny shapes: checks the driver itself (e.g. on a CPU)")

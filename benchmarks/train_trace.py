@@ -32,6 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 from sft_step import add_lora, add_model_args, build_model, env_info  # noqa: E402  (same model flags and builder)
 from machine import machine_info  # noqa: E402
 

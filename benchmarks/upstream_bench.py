@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (no tunix_lit: runs in upstream's venv)
+from machine import CompileLog, add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (no tunix_lit: runs in upstream's venv)
 
 PAD, BOS, EOS = 0, 1, 2
 LORA_TARGETS = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
@@ -220,6 +220,8 @@ def bench_grpo(args):
         reference = None if args.beta == 0 else (actor if args.lora_rank else nnx.clone(actor))
         if args.lora_rank:
             actor = with_lora(actor, args.lora_rank, args.seed)
+    compiles = CompileLog(("tunix", "benchmarks")).start()  # what the set-up and the first step compile
+    t_init = time.perf_counter()
     rollout = base_rollout.RolloutConfig(max_tokens_to_generate=args.gen_len, max_prompt_length=args.prompt_len,
                                          kv_cache_size=args.prompt_len + args.gen_len, temperature=args.temperature,
                                          top_p=1.0, top_k=None, eos_tokens=[-1])
@@ -247,9 +249,13 @@ def bench_grpo(args):
     texts = [as_text(r) for r in ids]
     data = [{"prompts": np.array(texts[i * args.batch:(i + 1) * args.batch])} for i in range(args.steps + 2)]
     start = time.perf_counter()
+    init_s = start - t_init
     learner.train(data)
     steps = [b - a for a, b in zip([start] + ends[:-1], ends)]
     return dict(first_step_s=round(steps[0], 4) if steps else None, step_s=[round(s, 4) for s in steps],
+                cluster_and_learner_init_s=round(init_s, 3),
+                init_and_first_step_s=round(init_s + steps[0], 4) if steps else None,
+                first_step_compiles=compiles.summary(until=ends[0] - compiles.t0) if ends else None,
                 median_step_s=round(statistics.median(steps[1:] or steps), 4))
 
 

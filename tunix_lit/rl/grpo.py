@@ -105,7 +105,10 @@ class GRPOLearner(RLLearner):
         self.algo = algo
         self.num_generations, self.num_iterations = algo.num_generations, algo.num_iterations
         self._policy_loss = algo_core.get_policy_loss(algo.loss_algo)
-        self._advantages = algo_core.get_advantage_estimator(algo.advantage_estimator)
+        # jitted once: eager jnp here compiled a program per operation on the first step and dispatched
+        # each one every step; a jit is one small program (num_generations is a Python int: static)
+        self._advantages = jax.jit(algo_core.get_advantage_estimator(algo.advantage_estimator), static_argnums=1)
+        self._informative = jax.jit(algo_core.informative_groups, static_argnums=1)
         self._carry_over: list = []  # dynamic sampling: kept rows waiting for a full micro-batch
         super().__init__(cluster, optimizer, config, reward_fns=reward_fns, metric_fns=metric_fns)
 
@@ -130,7 +133,7 @@ def make_experience(self: GRPOLearner, rows, step, chunk):
         metrics["rewards/overlong_penalty"] = float(np.mean(penalty))
     adv, _ = self._advantages(jnp.asarray(rewards), G)
     adv = np.asarray(adv)
-    informative = np.asarray(algo_core.informative_groups(jnp.asarray(rewards), G))
+    informative = np.asarray(self._informative(jnp.asarray(rewards), G))
     keep_groups = informative if algo.dynamic_sampling else np.ones(len(rows), bool)
     metrics.update({"rewards/mean": float(np.nanmean(rewards)) if np.isfinite(rewards).any() else float("nan"),
                     "rewards/max": float(np.nanmax(rewards)) if np.isfinite(rewards).any() else float("nan"),
