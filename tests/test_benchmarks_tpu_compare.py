@@ -135,3 +135,41 @@ def test_count_transfers_by_shape_counts_unlabelled_jit_arguments_apart(tmp_path
     avals = collections.Counter()
     assert tt.count_transfers(log, avals)["steps"]["h2d"] == 3
     assert avals["ShapedArray(int32[8,16])"] == 2 and avals["(no shape logged: a jit argument)"] == 1
+
+
+def test_compile_log_names_the_call_site_and_splits_by_time():
+    """One jitted function compiled under the log: its compile is counted, timed and traced to this file; a
+    second call of the same shapes compiles nothing; `until` before the compile leaves it out."""
+    import jax
+    import jax.numpy as jnp
+
+    machine = load("machine")
+    x, y = jnp.ones((7, 5), jnp.float32), jnp.ones((3, 2), jnp.float32)  # made before the log starts
+    log = machine.CompileLog(roots=("tests",)).start()
+    f = jax.jit(lambda x: jnp.tanh(x) * 3.0 + x.sum())  # a fresh function: never in JAX's in-memory cache
+    f(x).block_until_ready()
+    first = log.summary()
+    f(x).block_until_ready()
+    log.stop()
+    f(y).block_until_ready()  # a new shape compiles, but after stop(): not recorded
+    again = log.summary()
+    assert first["compile"]["n"] == 1 and first["compile"]["s"] > 0 and first["trace"]["n"] == 1
+    assert again["compile"] == first["compile"]
+    (site,) = first["top_sites"]
+    assert site["site"].startswith("tests/test_benchmarks_tpu_compare.py:") and site["n"] == 1
+    assert log.summary(until=0.0)["compile"]["n"] == 0
+
+
+def test_the_28_layer_parts_plan_after_the_rest_and_summarise_as_their_kind(tc):
+    jobs = tc.plan(["grpo", "grpo_l28", "sft_l28"], rounds=1, tiny=True)
+    assert [j[0] for j in jobs] == ["grpo", "grpo", "grpo_l28", "grpo_l28", "sft_l28", "sft_l28"]
+    specs = tc.work(tiny=True)
+    assert "--lora-rank" not in specs["grpo_full_l28"][0] and "--lora-rank" not in specs["grpo_full_l28"][1]
+    assert specs["grpo_l28"][0][specs["grpo_l28"][0].index("--num-layers") + 1] == "3"
+    row = lambda side, step, first: dict(part="grpo_l28", round=1, side=side, rc=0, timed_out=False, wall_s=1.0,
+                                         result=dict(median_step_s=step, first_step_s=first, init_and_first_step_s=first + 1,
+                                                     first_step_compiles={"compile": {"n": 4, "s": 2.0}}))
+    out = tc.summarize([row("ours", 0.3, 10.0), row("upstream", 0.5, 12.0)], {})
+    entry = out["parts"]["grpo_l28"]
+    assert entry["step_time_ours_over_upstream"] == pytest.approx(0.6)
+    assert entry["ours"]["first_step_compiles"]["compile"]["n"] == 4
