@@ -61,6 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=12, help="global steps")
     p.add_argument("--beta", type=float, default=0.04, help="KL weight; != 0 needs the reference")
+    p.add_argument("--prompt-once", type=int, choices=(0, 1), default=1,
+                   help="1: log-prob passes run each group's prompt once (GRPOConfig.prompt_once); 0: every row whole")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
@@ -113,7 +115,8 @@ def main(argv=None):
     cfg = RLTrainingConfig(batch_size=args.batch, max_steps=args.steps, progress_bar=False, seed=args.seed,
                            train_micro_batch_size=args.train_micro_batch or None)
     learner = GRPOLearner(cluster, optax.adamw(args.lr), cfg,
-                          GRPOConfig(num_generations=args.num_generations, beta=args.beta, epsilon=0.2),
+                          GRPOConfig(num_generations=args.num_generations, beta=args.beta, epsilon=0.2,
+                                     prompt_once=bool(args.prompt_once)),
                           reward_fns=[even_fraction_reward])
     init_s = time.perf_counter() - t0
 
@@ -145,7 +148,7 @@ def main(argv=None):
     out = dict(bench="tunix_lit_grpo", model=dict(arch=args.arch, num_layers=args.num_layers, embed_dim=args.embed_dim,
                                                   vocab_size=args.vocab_size, dtype=args.dtype),
                n_params=int(n_params), lora_rank=args.lora_rank, batch_prompts=args.batch,
-               num_generations=args.num_generations, seqs_per_step=args.batch * args.num_generations,
+               num_generations=args.num_generations, prompt_once=bool(args.prompt_once), seqs_per_step=args.batch * args.num_generations,
                prompt_len=args.prompt_len, gen_len=args.gen_len, beta=args.beta,
                train_micro_batch=args.train_micro_batch or args.batch, global_steps_run=len(steps),
                optimizer_updates=learner.trainer.step, trainable_params_changed=bool(changed),

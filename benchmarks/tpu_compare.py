@@ -4,6 +4,7 @@
     python3 benchmarks/tpu_compare.py --parts grpo,sft,trace --budget 540   # a first call
     python3 benchmarks/tpu_compare.py --parts trace,sampler --budget 540    # a second call
     python3 benchmarks/tpu_compare.py --parts decode --budget 200           # the rollout decode: plain vs LoRA r8 (ours)
+    python3 benchmarks/tpu_compare.py --parts grpo,grpo_whole --rounds 1   # GRPO with prompt_once off (ours) beside both
     python3 benchmarks/tpu_compare.py --parts grpo_l28,sft_l28,grpo_full_l28 --rounds 1   # 28 layers (call twice:
                                                                            # the first fills the compile cache)
     python3 benchmarks/tpu_compare.py --platform cpu --tiny --budget 900   # the same driver on a CPU, tiny shapes
@@ -51,7 +52,7 @@ TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-k
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
-          "sampler_b32": 80, "grpo_l28": 300, "sft_l28": 150, "grpo_full_l28": 300}
+          "sampler_b32": 80, "grpo_whole": 130, "grpo_l28": 300, "sft_l28": 150, "grpo_full_l28": 300}
 LAYERS28 = ("grpo_l28", "sft_l28", "grpo_full_l28")  # run only when named
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache
 
@@ -84,6 +85,8 @@ def work(tiny: bool) -> dict:
               *smp[6:8], "--repeats", "3", "--roofline", "off"]
     out["decode_plain"] = (["benchmarks/sampler.py", *train, *decode], None)
     out["decode_lora8"] = (["benchmarks/sampler.py", *train, *decode, "--lora-rank", "8"], None)
+    # our GRPO step with every row run whole (prompt_once off): a smaller program to compile, more tokens a step
+    out["grpo_whole"] = (["benchmarks/grpo_step.py", *train, *grpo, *lora, "--prompt-once", "0"], None)
     # the same steps on every layer of the model (28 for Qwen3-0.6B; --tiny: 3); and a full fine-tune GRPO step
     deep = ["--num-layers", "3" if tiny else "28", *train[2:]]
     out["grpo_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora], ["benchmarks/upstream_bench.py", "grpo", *deep, *grpo, *lora])
@@ -105,6 +108,7 @@ def plan(parts: list, rounds: int, tiny: bool) -> list:
     if "trace" in parts:
         jobs.append(("trace", 1, "ours"))
     jobs += [(p, 1, "ours") for p in ("decode_plain", "decode_lora8") if p in parts or "decode" in parts]
+    jobs += [("grpo_whole", r, "ours") for r in range(1, rounds + 1) if "grpo_whole" in parts]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in LAYERS28 if p in parts for s in order(r)]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in samplers for s in order(r)]
     return jobs
@@ -249,7 +253,7 @@ def summarize(rows: list, extra: dict) -> dict:
     parts, versions, machine = {}, {}, None
     for part in dict.fromkeys(r["part"] for r in rows):
         kind = kind_of(part)
-        if part == "trace" or part.startswith("decode"):  # ours only: its last good record
+        if part in ("trace", "grpo_whole") or part.startswith("decode"):  # ours only: its last good record
             got = [r for r in rows if r["part"] == part and ok(r)]
             parts[part] = got[-1]["result"] if got else {"missing": "did not run or failed"}
             continue
@@ -285,7 +289,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=540.0, help="seconds from start (install included) to stop by")
     p.add_argument("--parts", default="grpo,sft,trace,sampler",
                    help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / "
-                        "sampler_b32), grpo_l28, sft_l28, grpo_full_l28")
+                        "sampler_b32), grpo_whole (ours, prompt_once off), grpo_l28, sft_l28, grpo_full_l28")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--platform", default="tpu", choices=["tpu", "cpu", "auto"], help="JAX_PLATFORMS for each side")
     p.add_argument("--tiny", action="store_true", help="tiny shapes: checks the driver itself (e.g. on a CPU)")

@@ -275,6 +275,29 @@ def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
     assert max(float(np.abs(b).max()) for b in jax.tree.leaves(g_full)) > 0  # a loss that moves the weights
 
 
+def test_prompt_once_off_gives_the_same_loss_from_a_program_with_half_the_layers():
+    """prompt_once=False runs every row whole: the same loss and gradient as the shared pass, from a train-step
+    program with fewer matrix products (the shared pass holds each layer twice)."""
+    shared, whole = make(algo=GRPOConfig(num_generations=2, beta=0.0)), make(algo=GRPOConfig(num_generations=2,
+                                                                                              beta=0.0, prompt_once=False))
+    (mb,), _ = shared.make_experience(DATA[:4], 0, 0)
+    mb = {k: jnp.asarray(v) for k, v in mb.items()}
+    rng = jax.random.key(0)
+    graphdef, state = nnx.split(shared.trainer.model)
+
+    def grad_of(learner):
+        return jax.jit(jax.value_and_grad(lambda st, b: learner.loss_fn(nnx.merge(graphdef, st), b, rng).total))
+
+    (v1, g1), (v2, g2) = grad_of(shared)(state, mb), grad_of(whole)(state, mb)
+    assert float(v2) == pytest.approx(float(v1), rel=1e-5, abs=1e-6)
+    for a, b in zip(jax.tree.leaves(g2), jax.tree.leaves(g1)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    dots = lambda learner: grad_of(learner).lower(state, mb).as_text().count("stablehlo.dot_general")
+    assert dots(whole) < 0.75 * dots(shared), (dots(whole), dots(shared))
+    with pytest.raises(ValueError, match="prompt_once must be True or False"):
+        GRPOConfig(prompt_once="no")
+
+
 class _SilentEngine:
     """An engine with no log-probs: every completion is the stop token."""
 

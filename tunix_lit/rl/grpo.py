@@ -50,10 +50,13 @@ class GRPOConfig:
     overlong_buffer_length: int = 0  # tokens before max length where the penalty starts
     overlong_penalty: float = 1.0
     compute_entropy: bool = True  # log the policy entropy (one more pass over the logits)
+    prompt_once: bool = True  # log-prob passes run each group's prompt once: fewer tokens, a larger program to compile
 
     def __post_init__(self):
         if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < 2:
             raise ValueError(f"num_generations must be an int ≥ 2 (a group needs siblings), got {self.num_generations!r}")
+        if not isinstance(self.prompt_once, bool):
+            raise ValueError(f"prompt_once must be True or False, got {self.prompt_once!r}")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
             raise ValueError(f"num_iterations must be a positive int, got {self.num_iterations!r}")
         if self.beta is None or not self.beta >= 0:
@@ -146,11 +149,11 @@ def make_experience(self: GRPOLearner, rows, step, chunk):
     if in_loss:
         batch["sampler_logps"] = ro.logprobs
     t1 = time.perf_counter()
-    mb = sizes.logps_micro * G
+    mb, shared = sizes.logps_micro * G, G if algo.prompt_once else 1  # rows of one prompt come in runs of G
     if algo.beta > 0:
-        batch["ref_logps"] = tfm.to_host(self.cluster.reference_logps(ro, micro_batch_size=mb, group_size=G))
+        batch["ref_logps"] = tfm.to_host(self.cluster.reference_logps(ro, micro_batch_size=mb, group_size=shared))
     if self.num_iterations > 1:  # the ratio needs the policy the rollouts came from
-        batch["old_logps"] = tfm.to_host(self.cluster.rollout_logps(ro, micro_batch_size=mb, group_size=G))
+        batch["old_logps"] = tfm.to_host(self.cluster.rollout_logps(ro, micro_batch_size=mb, group_size=shared))
     metrics["time/generate_s"], metrics["time/logps_s"] = t_gen, time.perf_counter() - t1
     for fn in self.metric_fns:
         metrics[getattr(fn, "__name__", "metric")] = float(np.mean(fn(prompts=prompts, completions=ro.text,
@@ -193,7 +196,7 @@ def loss_fn(self: GRPOLearner, model, batch, rng):
     # a multi-turn batch (chapter 53) attends to its observations too; only completion_mask carries loss
     seen = {**batch, "completion_mask": batch["completion_attention"]} if "completion_attention" in batch else batch
     # single-turn rows come in runs of G copies of one prompt (repeat_rows): each prompt runs once
-    G = 1 if "completion_attention" in batch else self.num_generations
+    G = 1 if "completion_attention" in batch or not algo.prompt_once else self.num_generations
     logps, entropy = policy_logps(model, seen, temperature=self.cluster.rollout_config.temperature,
                                   entropy=algo.compute_entropy, group_size=G)
     loss, metrics = self._policy_loss(
