@@ -147,7 +147,6 @@ def apply_max_isa(value) -> None:
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_cpu_max_isa={value}"])
 
 
-
 class CompileLog:
     """Every compile JAX reports (tracing, lowering, backend compile or cache fetch), its seconds and the call
     site in `roots` that asked for it: where a first step's time goes."""

@@ -89,9 +89,10 @@ def work(tiny: bool) -> dict:
     out["grpo_whole"] = (["benchmarks/grpo_step.py", *train, *grpo, *lora, "--prompt-once", "0"], None)
     # the same steps on every layer of the model (28 for Qwen3-0.6B; --tiny: 3); and a full fine-tune GRPO step
     deep = ["--num-layers", "3" if tiny else "28", *train[2:]]
-    out["grpo_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora], ["benchmarks/upstream_bench.py", "grpo", *deep, *grpo, *lora])
-    out["sft_l28"] = (["benchmarks/sft_step.py", *deep, *sft, *lora], ["benchmarks/upstream_bench.py", "sft", *deep, *sft, *lora])
-    out["grpo_full_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo], ["benchmarks/upstream_bench.py", "grpo", *deep, *grpo])
+    up = "benchmarks/upstream_bench.py"
+    out["grpo_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora], [up, "grpo", *deep, *grpo, *lora])
+    out["sft_l28"] = (["benchmarks/sft_step.py", *deep, *sft, *lora], [up, "sft", *deep, *sft, *lora])
+    out["grpo_full_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo], [up, "grpo", *deep, *grpo])
     for b in batches:
         out[f"sampler_b{b}"] = (["benchmarks/sampler.py", *sample, "--batch", str(b), *smp],
                                 ["benchmarks/upstream_bench.py", "sampler", *sample, "--batch", str(b), *smp])

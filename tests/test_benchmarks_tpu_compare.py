@@ -166,9 +166,10 @@ def test_the_28_layer_parts_plan_after_the_rest_and_summarise_as_their_kind(tc):
     specs = tc.work(tiny=True)
     assert "--lora-rank" not in specs["grpo_full_l28"][0] and "--lora-rank" not in specs["grpo_full_l28"][1]
     assert specs["grpo_l28"][0][specs["grpo_l28"][0].index("--num-layers") + 1] == "3"
+    result = lambda step, first: dict(median_step_s=step, first_step_s=first, init_and_first_step_s=first + 1,
+                                      first_step_compiles={"compile": {"n": 4, "s": 2.0}})
     row = lambda side, step, first: dict(part="grpo_l28", round=1, side=side, rc=0, timed_out=False, wall_s=1.0,
-                                         result=dict(median_step_s=step, first_step_s=first, init_and_first_step_s=first + 1,
-                                                     first_step_compiles={"compile": {"n": 4, "s": 2.0}}))
+                                         result=result(step, first))
     out = tc.summarize([row("ours", 0.3, 10.0), row("upstream", 0.5, 12.0)], {})
     entry = out["parts"]["grpo_l28"]
     assert entry["step_time_ours_over_upstream"] == pytest.approx(0.6)
