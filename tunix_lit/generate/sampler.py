@@ -303,8 +303,8 @@ class Sampler:
     # StateView); the state is rebuilt from it while tracing
     def _trace_prefill(self, arrays, *args, buffer_len, mode, repeat):
         self.traces["prefill"] += 1
-        return prefill(self.graphdef, self._view.state(arrays), *args, buffer_len=buffer_len, mode=mode, cache_dtype=self.cache_dtype,
-                       repeat=repeat, append_last=self.append_last)
+        return prefill(self.graphdef, self._view.state(arrays), *args, buffer_len=buffer_len, mode=mode,
+                       cache_dtype=self.cache_dtype, repeat=repeat, append_last=self.append_last)
 
     def _trace_decode(self, arrays, carry, *args, mode):
         self.traces["decode"] += 1

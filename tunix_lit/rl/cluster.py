@@ -207,6 +207,7 @@ class RLCluster:
         self.sync_count, self.synced_bytes = 0, 0
         self._logps_fns: dict = {}  # (role, group size) -> (tree, graph, its jitted log-prob function)
         self._views: dict = {}  # id(model) -> (model, graphdef, StateView) of the cluster's own models
+        self._mask: Optional[list] = None  # which of the actor's arrays are trainable (found on first use)
         self.rollout = self._build_rollout(tokenizer)
         self.last_sync: Optional[SyncReport] = None  # the last sync_weights' report (bytes, seconds)
         self._gap: Optional[jax.Array] = None  # running max of the log-prob gap since the last pop_logp_gap
@@ -282,7 +283,7 @@ def _weights(self: RLCluster, model) -> Weights:
 @patch
 def _trainable_mask(self: RLCluster) -> list:
     """For each of the actor's arrays in `_weights` order: is it trainable (overwritten by a donating trainer)?"""
-    if getattr(self, "_mask", None) is None:
+    if self._mask is None:
         trainable = {id(v) for v in runtime.StateView(self.actor, self.trainable).variables}
         self._weights(self.actor)  # finds (and keeps) the actor's view
         self._mask = [id(v) in trainable for v in self._views[id(self.actor)][2].variables]
@@ -449,8 +450,8 @@ def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: 
     """log π of each completion token under `model` (a module or its Weights), on `role`'s mesh (float32 [N, T], 0 on pads)."""
     w = self._weights(model)
     entry = self._logps_fns.get((role, group_size))
-    if entry is None or not (entry[0] is w.treedef or entry[0] == w.treedef) or not (
-            entry[1] is w.graphdef or entry[1] == w.graphdef):
+    same = lambda a, b: a is b or a == b  # identity first: comparing graphdefs walks them
+    if entry is None or not (same(entry[0], w.treedef) and same(entry[1], w.graphdef)):
         temperature, graphdef, treedef = self.rollout_config.temperature, w.graphdef, w.treedef
 
         def logps(weights, p, pm, c, cm):
@@ -496,7 +497,7 @@ def rollout_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] =
     if hasattr(sampler, "view"):  # our sampler (chapter 15): its own arrays, on its own mesh
         weights = Weights(sampler.graphdef, sampler.view.treedef, sampler.view.arrays())
         return self._logps(Role.ROLLOUT, weights, rollout, micro_batch_size, group_size)
-    if hasattr(self.rollout, "model"):  # another engine that runs one of our modules
+    if _runs_our_module(self.rollout):  # another engine that runs one of our modules
         return self._logps(Role.ROLLOUT, self.rollout.model, rollout, micro_batch_size, group_size)
     return self._logps(Role.ACTOR, self._policy, rollout, micro_batch_size, group_size)  # what the engine was last sent
 

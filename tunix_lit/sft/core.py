@@ -182,7 +182,7 @@ class TrainerCore:
         self._optimizer = nnx.Optimizer(model, optimizer, wrt=self.wrt)
         # split once: the donated part (trainable params + optimizer state) and the frozen rest
         self._donated = nnx.Any(self.wrt, nnx.OptState)
-        self._graphdef, state, frozen = nnx.split((model, self._optimizer), self._donated, ...)
+        self._graphdef, _, frozen = nnx.split((model, self._optimizer), self._donated, ...)
         # the step takes both parts as flat lists of arrays (chapter 14's StateView: fast dispatch, and a
         # sync that writes arrays back without walking the module graph); states are rebuilt while tracing
         self._view = runtime.StateView((model, self._optimizer), self._donated)
