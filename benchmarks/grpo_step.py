@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
 from sft_step import add_model_args, build_model, env_info, LORA_TARGETS  # noqa: E402  (same model flags and builder)
-from machine import CompileLog, add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402
+from machine import CompileLog, add_max_isa_arg, apply_max_isa, device_memory, machine_info  # noqa: E402
 
 PAD_ID, BOS_ID, EOS_ID, FIRST_FREE_ID = 0, 1, 2, 3
 
@@ -167,6 +167,7 @@ def main(argv=None):
                                                     / statistics.median(rest), 1) if rest else None),
                total_train_s=round(total_s, 3),
                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+               device_memory=device_memory(),
                loadavg=open("/proc/loadavg").read().split()[:3], env=env_info(), machine=machine_info())
     print(json.dumps(out))
 

@@ -114,6 +114,17 @@ def jax_info() -> dict:
                 platform_version=getattr(devices[0].client, "platform_version", None) if devices else None)
 
 
+def device_memory() -> dict:
+    """The first device's memory high-water mark and limit in MiB (None where the backend keeps no count, e.g. CPU)."""
+    try:
+        import jax
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001  (no JAX, or a backend without the call)
+        stats = {}
+    mib = lambda k: round(stats[k] / 2**20, 1) if k in stats else None
+    return dict(peak_mib=mib("peak_bytes_in_use"), in_use_mib=mib("bytes_in_use"), limit_mib=mib("bytes_limit"))
+
+
 def machine_info() -> dict:
     """Everything above in one dict, plus the load average and XLA_FLAGS (call after JAX has started)."""
     flags = os.environ.get("XLA_FLAGS", "")

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tunix_lit from this checkout
-from machine import add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (the machine each figure names)
+from machine import add_max_isa_arg, apply_max_isa, device_memory, machine_info  # noqa: E402  (the machine each figure names)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -166,6 +166,7 @@ def run_mode(args, mode):
         loadavg_start=load0, loadavg_end=open("/proc/loadavg").read().split()[:3],
         loss_history=[round(x, 5) for x in losses],
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+               device_memory=device_memory(),
     )
 
 

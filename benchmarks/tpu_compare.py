@@ -5,6 +5,7 @@
     python3 benchmarks/tpu_compare.py --parts trace,sampler --budget 540    # a second call
     python3 benchmarks/tpu_compare.py --parts decode --budget 200           # the rollout decode: plain vs LoRA r8 (ours)
     python3 benchmarks/tpu_compare.py --parts grpo,grpo_whole --rounds 1   # GRPO with prompt_once off (ours) beside both
+    python3 benchmarks/tpu_compare.py --parts grpo_whole_l28 --rounds 1    # the same on 28 layers (ours, cold)
     python3 benchmarks/tpu_compare.py --parts grpo_l28,sft_l28,grpo_full_l28 --rounds 1   # 28 layers (call twice:
                                                                            # the first fills the compile cache)
     python3 benchmarks/tpu_compare.py --platform cpu --tiny --budget 900   # the same driver on a CPU, tiny shapes
@@ -20,7 +21,8 @@
    steps (a `jax.profiler` trace and a host-side breakdown), then the sampler at batch 1 and 32
    (28 layers, 128 + 128 tokens, bfloat16) for both rounds. The 28-layer parts (`grpo_l28`, `sft_l28`: the same
    steps on all 28 layers; `grpo_full_l28`: the GRPO step as a full fine-tune, the largest that fits one chip)
-   run only when named, after the rest.
+   run only when named, after the rest; so do `grpo_whole` and `grpo_whole_l28` (ours only: `prompt_once` off).
+   GRPO and SFT rows carry the chip's memory high-water mark (`device_memory`).
 3. Prints and writes (`$OUT/tpu_compare.json`) one JSON: each side's figures per round and their medians, the
    ratios ours / upstream, the trace analysis, the machine, both sides' versions, and every job's wall time.
 
@@ -52,8 +54,10 @@ TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-k
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
-          "sampler_b32": 80, "grpo_whole": 130, "grpo_l28": 300, "sft_l28": 150, "grpo_full_l28": 300}
+          "sampler_b32": 80, "grpo_whole": 130, "grpo_whole_l28": 250, "grpo_l28": 300, "sft_l28": 150,
+          "grpo_full_l28": 300}
 LAYERS28 = ("grpo_l28", "sft_l28", "grpo_full_l28")  # run only when named
+OURS_ONLY = ("trace", "decode_plain", "decode_lora8", "grpo_whole", "grpo_whole_l28")  # no upstream row
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache
 
 
@@ -93,6 +97,7 @@ def work(tiny: bool) -> dict:
     out["grpo_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora], [up, "grpo", *deep, *grpo, *lora])
     out["sft_l28"] = (["benchmarks/sft_step.py", *deep, *sft, *lora], [up, "sft", *deep, *sft, *lora])
     out["grpo_full_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo], [up, "grpo", *deep, *grpo])
+    out["grpo_whole_l28"] = (["benchmarks/grpo_step.py", *deep, *grpo, *lora, "--prompt-once", "0"], None)
     for b in batches:
         out[f"sampler_b{b}"] = (["benchmarks/sampler.py", *sample, "--batch", str(b), *smp],
                                 ["benchmarks/upstream_bench.py", "sampler", *sample, "--batch", str(b), *smp])
@@ -109,7 +114,7 @@ def plan(parts: list, rounds: int, tiny: bool) -> list:
     if "trace" in parts:
         jobs.append(("trace", 1, "ours"))
     jobs += [(p, 1, "ours") for p in ("decode_plain", "decode_lora8") if p in parts or "decode" in parts]
-    jobs += [("grpo_whole", r, "ours") for r in range(1, rounds + 1) if "grpo_whole" in parts]
+    jobs += [(p, r, "ours") for r in range(1, rounds + 1) for p in ("grpo_whole", "grpo_whole_l28") if p in parts]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in LAYERS28 if p in parts for s in order(r)]
     jobs += [(p, r, s) for r in range(1, rounds + 1) for p in samplers for s in order(r)]
     return jobs
@@ -254,7 +259,7 @@ def summarize(rows: list, extra: dict) -> dict:
     parts, versions, machine = {}, {}, None
     for part in dict.fromkeys(r["part"] for r in rows):
         kind = kind_of(part)
-        if part in ("trace", "grpo_whole") or part.startswith("decode"):  # ours only: its last good record
+        if part in OURS_ONLY:  # ours only: its last good record
             got = [r for r in rows if r["part"] == part and ok(r)]
             parts[part] = got[-1]["result"] if got else {"missing": "did not run or failed"}
             continue
@@ -272,6 +277,8 @@ def summarize(rows: list, extra: dict) -> dict:
                     entry[side]["phases_last_round"] = res.get("phase_median_later_steps_s")
                 if kind == "grpo":  # where the set-up and first step spent their compile time (last good round)
                     entry[side]["first_step_compiles"] = res.get("first_step_compiles")
+                if kind in ("grpo", "sft"):  # the chip's memory high-water mark (None on a CPU)
+                    entry[side]["device_memory"] = res.get("device_memory")
                 if part.startswith("sampler") and side == "ours" and res.get("roofline"):
                     entry[side]["roofline"] = res["roofline"]
         for fig_key, name in RATIOS[kind]:
@@ -290,7 +297,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=540.0, help="seconds from start (install included) to stop by")
     p.add_argument("--parts", default="grpo,sft,trace,sampler",
                    help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / "
-                        "sampler_b32), grpo_whole (ours, prompt_once off), grpo_l28, sft_l28, grpo_full_l28")
+                        "sampler_b32), grpo_whole (ours, prompt_once off), grpo_l28, sft_l28, grpo_full_l28, grpo_whole_l28")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--platform", default="tpu", choices=["tpu", "cpu", "auto"], help="JAX_PLATFORMS for each side")
     p.add_argument("--tiny", action="store_true", help="tiny shapes: checks the driver itself (e.g. on a CPU)")

@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import CompileLog, add_max_isa_arg, apply_max_isa, machine_info  # noqa: E402  (no tunix_lit: runs in upstream's venv)
+from machine import CompileLog, add_max_isa_arg, apply_max_isa, device_memory, machine_info  # noqa: E402  (no tunix_lit: runs in upstream's venv)
 
 PAD, BOS, EOS = 0, 1, 2
 LORA_TARGETS = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
@@ -298,6 +298,7 @@ def main(argv=None):
     import_s = time.perf_counter() - t
     result = {"sampler": bench_sampler, "sft": bench_sft, "grpo": bench_grpo}[args.what](args)
     print(json.dumps(dict(bench=f"upstream_{args.what}", import_s=round(import_s, 3), **result, env=versions(),
+                          device_memory=device_memory(),
                           machine=machine_info())),
           flush=True)
 

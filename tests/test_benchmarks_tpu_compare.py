@@ -5,6 +5,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -174,3 +175,36 @@ def test_the_28_layer_parts_plan_after_the_rest_and_summarise_as_their_kind(tc):
     entry = out["parts"]["grpo_l28"]
     assert entry["step_time_ours_over_upstream"] == pytest.approx(0.6)
     assert entry["ours"]["first_step_compiles"]["compile"]["n"] == 4
+
+
+def test_the_prompt_once_off_parts_are_ours_alone_and_keep_the_chips_memory(tc):
+    jobs = tc.plan(["grpo", "grpo_whole", "grpo_whole_l28"], rounds=1, tiny=True)
+    assert jobs[2:] == [("grpo_whole", 1, "ours"), ("grpo_whole_l28", 1, "ours")]
+    specs = tc.work(tiny=True)
+    ours, upstream = specs["grpo_whole_l28"]
+    assert upstream is None and ours[ours.index("--prompt-once") + 1] == "0"
+    assert ours[ours.index("--num-layers") + 1] == "3" and "--lora-rank" in ours
+    memory = {"peak_mib": 900.0, "in_use_mib": 10.0, "limit_mib": 16000.0}
+    row = lambda part, side: dict(part=part, round=1, side=side, rc=0, timed_out=False, wall_s=1.0,
+                                  result=dict(median_step_s=0.2, first_step_s=5.0, init_and_first_step_s=6.0,
+                                              device_memory=memory))
+    out = tc.summarize([row("grpo_whole_l28", "ours"), row("grpo_full_l28", "ours"), row("grpo_full_l28", "upstream")],
+                       {})
+    assert out["parts"]["grpo_whole_l28"]["median_step_s"] == 0.2  # its own record, no ratio
+    assert out["parts"]["grpo_full_l28"]["ours"]["device_memory"]["peak_mib"] == 900.0
+
+
+def test_device_memory_is_none_where_the_backend_keeps_no_count():
+    machine = load("machine")
+
+    class Chip:
+        def memory_stats(self):
+            return {"peak_bytes_in_use": 3 * 2**30, "bytes_in_use": 2**20, "bytes_limit": 16 * 2**30}
+
+    import jax
+    got = machine.device_memory()
+    assert set(got) == {"peak_mib", "in_use_mib", "limit_mib"}
+    if jax.default_backend() == "cpu":  # XLA:CPU keeps no allocator statistics
+        assert got["peak_mib"] is None
+    with mock.patch.object(jax, "devices", lambda: [Chip()]):
+        assert machine.device_memory() == {"peak_mib": 3072.0, "in_use_mib": 1.0, "limit_mib": 16384.0}
