@@ -43,6 +43,9 @@ class IntTokenizer:
         return " ".join(str(int(i)) for i in ids)
 
 
+PROMPT_ONCE = {"auto": None, "0": False, "1": True}  # --prompt-once -> GRPOConfig.prompt_once
+
+
 def even_fraction_reward(prompts, completions, **kwargs):
     """Fraction of even token ids in each completion."""
     out = []
@@ -61,8 +64,9 @@ def parse_args(argv=None):
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=12, help="global steps")
     p.add_argument("--beta", type=float, default=0.04, help="KL weight; != 0 needs the reference")
-    p.add_argument("--prompt-once", type=int, choices=(0, 1), default=1,
-                   help="1: log-prob passes run each group's prompt once (GRPOConfig.prompt_once); 0: every row whole")
+    p.add_argument("--prompt-once", choices=("auto", "0", "1"), default="auto",
+                   help="1: log-prob passes run each group's prompt once (GRPOConfig.prompt_once); 0: every row whole; "
+                        "auto: the library's default (once where that halves the tokens)")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
@@ -116,7 +120,7 @@ def main(argv=None):
                            train_micro_batch_size=args.train_micro_batch or None)
     learner = GRPOLearner(cluster, optax.adamw(args.lr), cfg,
                           GRPOConfig(num_generations=args.num_generations, beta=args.beta, epsilon=0.2,
-                                     prompt_once=bool(args.prompt_once)),
+                                     prompt_once=PROMPT_ONCE[args.prompt_once]),
                           reward_fns=[even_fraction_reward])
     init_s = time.perf_counter() - t0
 
@@ -145,10 +149,14 @@ def main(argv=None):
     _, logps = learner.metrics.history("time/logps_s")
     _, upd = learner.metrics.history("time/update_s")
     med = lambda xs: round(statistics.median(xs[1:]), 4) if len(xs) > 1 else None
+    # what the passes did: with --prompt-once auto the padded shapes decide (GRPOConfig.prompt_once=None)
+    padded = dict(prompt_ids=np.zeros((1, args.prompt_len)), completion_ids=np.zeros((1, args.gen_len)))
+    ran_once = learner._prompt_group(padded) > 1
     out = dict(bench="tunix_lit_grpo", model=dict(arch=args.arch, num_layers=args.num_layers, embed_dim=args.embed_dim,
                                                   vocab_size=args.vocab_size, dtype=args.dtype),
                n_params=int(n_params), lora_rank=args.lora_rank, batch_prompts=args.batch,
-               num_generations=args.num_generations, prompt_once=bool(args.prompt_once),
+               num_generations=args.num_generations, prompt_once=args.prompt_once,
+               prompt_once_ran=ran_once,
                seqs_per_step=args.batch * args.num_generations,
                prompt_len=args.prompt_len, gen_len=args.gen_len, beta=args.beta,
                train_micro_batch=args.train_micro_batch or args.batch, global_steps_run=len(steps),

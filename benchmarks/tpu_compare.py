@@ -275,6 +275,8 @@ def summarize(rows: list, extra: dict) -> dict:
                 machine = machine or (res.get("machine") if side == "ours" else None)
                 if kind == "grpo" and side == "ours":
                     entry[side]["phases_last_round"] = res.get("phase_median_later_steps_s")
+                    # did its log-prob passes run each prompt once? (records before --prompt-once auto: the flag)
+                    entry[side]["prompt_once_ran"] = res.get("prompt_once_ran", res.get("prompt_once"))
                 if kind == "grpo":  # where the set-up and first step spent their compile time (last good round)
                     entry[side]["first_step_compiles"] = res.get("first_step_compiles")
                 if kind in ("grpo", "sft"):  # the chip's memory high-water mark (None on a CPU)
@@ -285,6 +287,16 @@ def summarize(rows: list, extra: dict) -> dict:
             a, b = entry["ours"]["median"].get(fig_key), entry["upstream"]["median"].get(fig_key)
             entry[name] = round(a / b, 3) if a and b else None
         parts[part] = entry
+    for whole, once in (("grpo_whole", "grpo"), ("grpo_whole_l28", "grpo_l28")):  # prompt_once off against on
+        a, b = parts.get(whole, {}), parts.get(once, {}).get("ours", {})
+        if a.get("median_step_s") and b.get("median", {}).get("median_step_s"):
+            site = lambda fc: (fc or {}).get("top_sites", [{}])[0]  # the slowest compile: the train step
+            a["vs_prompt_once"] = dict(
+                step_time_ratio=round(a["median_step_s"] / b["median"]["median_step_s"], 4),
+                train_step_compile_s=[site(b.get("first_step_compiles")).get("s"),
+                                      site(a.get("first_step_compiles")).get("s")],
+                programs_fetched_from_cache=(a.get("first_step_compiles") or {}).get("cache_fetch", {}).get("n"),
+                once_ran_prompt_once=b.get("prompt_once_ran"))  # False: both ran whole (nothing to compare)
     failed = [{k: r.get(k) for k in ("part", "round", "side", "rc", "timed_out", "wall_s", "tail")}
               for r in rows if not ok(r)]
     return dict(bench="tpu_compare", parts=parts, failed=failed, versions=versions, machine=machine,
@@ -299,6 +311,7 @@ def main(argv=None) -> int:
                    help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, sampler_b1 / "
                         "sampler_b32), grpo_whole (ours, prompt_once off), grpo_l28, sft_l28, grpo_full_l28, grpo_whole_l28")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sides", default="upstream,ours", help="which sides run: upstream,ours (default), ours or upstream")
     p.add_argument("--platform", default="tpu", choices=["tpu", "cpu", "auto"], help="JAX_PLATFORMS for each side")
     p.add_argument("--tiny", action="store_true", help="tiny shapes: checks the driver itself (e.g. on a CPU)")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "tpu_compare_out")))
@@ -321,7 +334,10 @@ def main(argv=None) -> int:
     known = set(work(args.tiny)) | {"sampler", "decode"}
     if set(parts) - known:
         p.error(f"--parts: unknown {sorted(set(parts) - known)}; allowed: {sorted(known)}")
-    jobs = plan(parts, args.rounds, args.tiny)
+    sides = [x for x in args.sides.split(",") if x]
+    if not sides or set(sides) - set(SIDES):
+        raise SystemExit(f"--sides takes upstream and/or ours, got {args.sides!r}")
+    jobs = [j for j in plan(parts, args.rounds, args.tiny) if j[2] in sides]
     specs = work(args.tiny)
     if args.dry_run:
         for part, rnd, side in jobs:

@@ -208,3 +208,15 @@ def test_device_memory_is_none_where_the_backend_keeps_no_count():
         assert got["peak_mib"] is None
     with mock.patch.object(jax, "devices", lambda: [Chip()]):
         assert machine.device_memory() == {"peak_mib": 3072.0, "in_use_mib": 1.0, "limit_mib": 16384.0}
+
+
+def test_prompt_once_off_is_set_beside_our_prompt_once_run(tc):
+    compiles = lambda s, fetched: {"cache_fetch": {"n": fetched, "s": 0.1}, "top_sites": [{"site": "core.py:1", "s": s}]}
+    once = dict(part="grpo", round=1, side="ours", rc=0, timed_out=False, wall_s=1.0,
+                result=dict(median_step_s=0.2, first_step_s=9.0, init_and_first_step_s=10.0,
+                            first_step_compiles=compiles(50.0, 0), prompt_once_ran=True))
+    whole = dict(once, part="grpo_whole", result=dict(median_step_s=0.21, first_step_s=6.0,
+                                                       first_step_compiles=compiles(35.0, 2)))
+    got = tc.summarize([once, whole], {})["parts"]["grpo_whole"]["vs_prompt_once"]
+    assert got == {"step_time_ratio": 1.05, "train_step_compile_s": [50.0, 35.0], "programs_fetched_from_cache": 2,
+                   "once_ran_prompt_once": True}

@@ -6,6 +6,7 @@ import re
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import jax
@@ -278,8 +279,9 @@ def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
 def test_prompt_once_off_gives_the_same_loss_from_a_program_with_half_the_layers():
     """prompt_once=False runs every row whole: the same loss and gradient as the shared pass, from a train-step
     program with fewer matrix products (the shared pass holds each layer twice)."""
-    shared, whole = make(algo=GRPOConfig(num_generations=2, beta=0.0)), make(algo=GRPOConfig(num_generations=2,
-                                                                                              beta=0.0, prompt_once=False))
+    shared = make(algo=GRPOConfig(num_generations=2, beta=0.0, prompt_once=True))
+    whole = make(algo=GRPOConfig(num_generations=2, beta=0.0, prompt_once=False))
+    auto = make(algo=GRPOConfig(num_generations=2, beta=0.0))  # None: the padded shapes decide
     (mb,), _ = shared.make_experience(DATA[:4], 0, 0)
     mb = {k: jnp.asarray(v) for k, v in mb.items()}
     rng = jax.random.key(0)
@@ -294,8 +296,29 @@ def test_prompt_once_off_gives_the_same_loss_from_a_program_with_half_the_layers
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
     dots = lambda learner: grad_of(learner).lower(state, mb).as_text().count("stablehlo.dot_general")
     assert dots(whole) < 0.75 * dots(shared), (dots(whole), dots(shared))
-    with pytest.raises(ValueError, match="prompt_once must be True or False"):
+    # None: on a CPU each prompt runs once (its passes are compute: the saved tokens show in the step) ...
+    assert jax.default_backend() == "cpu" and dots(auto) == dots(shared)
+    # ... on an accelerator only where that halves the tokens of this batch's padded shapes
+    (P, T), G = (mb["prompt_ids"].shape[1], mb["completion_ids"].shape[1]), 2
+    halves = P + G * T <= G * (P + T) / 2
+    chip = types.SimpleNamespace(devices=np.array([types.SimpleNamespace(platform="tpu")]))
+    auto.cluster.mesh = lambda role: chip
+    assert auto._prompt_group(mb) == (G if halves else 1)
+    assert auto._prompt_group({**mb, "completion_attention": mb["completion_mask"]}) == 1  # multi-turn: whole
+    with pytest.raises(ValueError, match="prompt_once must be True, False or None"):
         GRPOConfig(prompt_once="no")
+
+
+@pytest.mark.parametrize("P,T,G", [(64, 128, 4), (512, 128, 8), (8, 8, 4), (16, 16, 3), (30, 10, 2), (1, 1, 64)])
+def test_prompt_once_pays_when_the_shared_prompt_halves_the_tokens(P, T, G):
+    """prompt_once_pays against a count of the tokens each way builds: G whole rows, or one prompt and G completions."""
+    from tunix_lit.rl.grpo import prompt_once_pays
+
+    whole_rows = [list(range(P)) + list(range(T)) for _ in range(G)]
+    shared_rows = [list(range(P))] + [list(range(T)) for _ in range(G)]
+    tokens = lambda rows: sum(len(r) for r in rows)
+    assert prompt_once_pays(P, T, G) == (2 * tokens(shared_rows) <= tokens(whole_rows))
+    assert prompt_once_pays(P, T, G, "cpu")  # a CPU takes any saving: its log-prob passes are compute
 
 
 class _SilentEngine:
