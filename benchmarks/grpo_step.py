@@ -66,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--beta", type=float, default=0.04, help="KL weight; != 0 needs the reference")
     p.add_argument("--prompt-once", choices=("auto", "0", "1"), default="auto",
                    help="1: log-prob passes run each group's prompt once (GRPOConfig.prompt_once); 0: every row whole; "
-                        "auto: the library's default (once where that halves the tokens)")
+                        "auto: the library's default (on a CPU once; elsewhere once where that halves the tokens)")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--temperature", type=float, default=0.9)
     p.add_argument("--lora-rank", type=int, default=0, help=">0: LoRA on q/k/v/o/gate/up/down")
