@@ -211,7 +211,8 @@ def test_device_memory_is_none_where_the_backend_keeps_no_count():
 
 
 def test_prompt_once_off_is_set_beside_our_prompt_once_run(tc):
-    compiles = lambda s, fetched: {"cache_fetch": {"n": fetched, "s": 0.1}, "top_sites": [{"site": "core.py:1", "s": s}]}
+    compiles = lambda s, fetched: {"cache_fetch": {"n": fetched, "s": 0.1},
+                                   "top_sites": [{"site": "core.py:1", "s": s}]}
     once = dict(part="grpo", round=1, side="ours", rc=0, timed_out=False, wall_s=1.0,
                 result=dict(median_step_s=0.2, first_step_s=9.0, init_and_first_step_s=10.0,
                             first_step_compiles=compiles(50.0, 0), prompt_once_ran=True))
@@ -220,3 +221,17 @@ def test_prompt_once_off_is_set_beside_our_prompt_once_run(tc):
     got = tc.summarize([once, whole], {})["parts"]["grpo_whole"]["vs_prompt_once"]
     assert got == {"step_time_ratio": 1.05, "train_step_compile_s": [50.0, 35.0], "programs_fetched_from_cache": 2,
                    "once_ran_prompt_once": True}
+
+
+def test_a_forced_prompt_once_run_is_preferred_over_the_default_one(tc):
+    """`grpo` runs the library's default (whole rows on a chip at this shape): `grpo_once` is the shared-prompt side."""
+    assert tc.plan(["grpo_once"], rounds=1, tiny=True) == [("grpo_once", 1, "ours")]
+    assert tc.work(tiny=True)["grpo_once"][0][-2:] == ["--prompt-once", "1"]
+    compiles = lambda s: {"cache_fetch": {"n": 0, "s": 0.0}, "top_sites": [{"site": "core.py:1", "s": s}]}
+    row = lambda part, step, s, ran: dict(part=part, round=1, side="ours", rc=0, timed_out=False, wall_s=1.0,
+                                          result=dict(median_step_s=step, first_step_s=5.0, prompt_once_ran=ran,
+                                                      first_step_compiles=compiles(s)))
+    rows = [row("grpo", 0.21, 35.0, False), row("grpo_whole", 0.21, 35.0, False), row("grpo_once", 0.2, 50.0, True)]
+    got = tc.summarize(rows, {})["parts"]["grpo_whole"]["vs_prompt_once"]
+    assert got["train_step_compile_s"] == [50.0, 35.0] and got["once_ran_prompt_once"] is True
+    assert got["step_time_ratio"] == 1.05
