@@ -156,7 +156,7 @@ def main(argv=None):
                                                   vocab_size=args.vocab_size, dtype=args.dtype),
                n_params=int(n_params), lora_rank=args.lora_rank, batch_prompts=args.batch,
                num_generations=args.num_generations, prompt_once=args.prompt_once,
-               prompt_once_ran=ran_once,
+               prompt_once_ran=ran_once, trainer_donates=bool(cluster.donate_actor),
                seqs_per_step=args.batch * args.num_generations,
                prompt_len=args.prompt_len, gen_len=args.gen_len, beta=args.beta,
                train_micro_batch=args.train_micro_batch or args.batch, global_steps_run=len(steps),

@@ -281,6 +281,7 @@ def summarize(rows: list, extra: dict) -> dict:
                     entry[side]["phases_last_round"] = res.get("phase_median_later_steps_s")
                     # did its log-prob passes run each prompt once? (records before --prompt-once auto: the flag)
                     entry[side]["prompt_once_ran"] = res.get("prompt_once_ran", res.get("prompt_once"))
+                    entry[side]["trainer_donates"] = res.get("trainer_donates")  # None: a record from before it
                 if kind == "grpo":  # where the set-up and first step spent their compile time (last good round)
                     entry[side]["first_step_compiles"] = res.get("first_step_compiles")
                 if kind in ("grpo", "sft"):  # the chip's memory high-water mark (None on a CPU)

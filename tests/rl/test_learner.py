@@ -227,12 +227,15 @@ def test_every_step_logs_the_rollout_log_prob_gap(tmp_path):
     assert all(r["sync/seconds"] >= 0 for r in rows if r["mode"] == "train")
 
 
-def test_an_on_policy_step_measures_the_gap_in_its_loss_without_an_actor_pass(tmp_path):
+def test_an_on_policy_step_measures_the_gap_in_its_loss_without_an_actor_pass(tmp_path, monkeypatch):
     """μ = 1, one mini-batch: no actor forward after generation; the logged gap is the max over the step's
     micro-batches of |sampler − actor| from a from-scratch recompute, and a sync that delivers nothing shows."""
     from tunix_lit.rl.cluster import Role
     from tunix_lit.rollout.engines import SyncReport
 
+    # a skipped sync is silent only while the old buffers live: keep the trainer from donating them (the next
+    # test covers the donating case, where the same mistake fails loudly instead)
+    monkeypatch.setattr(GRPOLearner, "samples_while_training", True)
     cfg = rl.RLTrainingConfig(batch_size=4, train_micro_batch_size=2, max_steps=2, progress_bar=False,
                               log_dir=str(tmp_path))
     learner = make(cfg, GRPOConfig(num_generations=2, beta=0.0))
@@ -253,6 +256,48 @@ def test_an_on_policy_step_measures_the_gap_in_its_loss_without_an_actor_pass(tm
     per_micro = [float(np.abs(mb["sampler_logps"] - _logps_reference(learner, params[1], mb))[mb["completion_mask"] == 1].max())
                  for mb in seen[1]]
     assert abs(np.mean(per_micro) - max(per_micro)) > 1e-3 * max(per_micro)  # a mean would have been another number
+
+
+def test_a_skipped_sync_after_a_donating_update_fails_naming_the_sync():
+    """One mini-batch a step, colocated: the trainer donates the actor's buffers, so an engine never re-pointed
+    fails at the next step with an error that names the missing sync (not XLA's deleted-buffer message alone)."""
+    from tunix_lit.rollout.engines import SyncReport
+
+    learner = make(rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False))
+    assert learner.reads_come_first and learner.cluster.colocated and learner.cluster.donate_actor
+    learner.cluster.rollout.sync_weights = lambda actor: SyncReport(0, 0.0, 0)
+    with pytest.raises(RuntimeError, match="global step 2") as info:
+        learner.train(DATA)
+    learner.close()
+    assert "sync_weights(actor) after every update" in str(info.value.__cause__)
+
+
+def test_a_donating_full_fine_tune_trains_exactly_like_one_that_does_not(monkeypatch):
+    """Full parameters, colocated, reference='actor', β > 0, one mini-batch a step: the donating learner consumes
+    the actor's old buffers, keeps the reference intact and ends with the same parameters and metrics as a
+    learner that never donates."""
+    cfg = rl.RLTrainingConfig(batch_size=4, max_steps=2, progress_bar=False)
+    algo = GRPOConfig(num_generations=2, beta=0.04)
+    donating = make(cfg, algo, reference="actor")
+    c = donating.cluster
+    assert not c.is_lora and c.colocated and c.donate_actor and "reference+actor (until the first update)" not in c.shared
+    first = jax.tree.leaves(nnx.state(c.actor, c.trainable))
+    ref0 = [np.array(x) for x in jax.tree.leaves(nnx.state(c.reference))]
+    donating.train(DATA)
+    donating.close()
+    assert all(x.is_deleted() for x in first)  # the first update wrote into them
+    for a, b in zip(ref0, jax.tree.leaves(nnx.state(c.reference))):
+        np.testing.assert_array_equal(a, np.asarray(b))  # the reference kept its own copies
+
+    monkeypatch.setattr(GRPOLearner, "samples_while_training", True)
+    keeping = make(cfg, algo, reference="actor")
+    assert not keeping.cluster.donate_actor and "reference+actor (until the first update)" in keeping.cluster.shared
+    keeping.train(DATA)
+    keeping.close()
+    for a, b in zip(jax.tree.leaves(nnx.state(donating.trainer.model)), jax.tree.leaves(nnx.state(keeping.trainer.model))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for name in ("rewards/mean", "actor/loss", "actor/kl"):
+        assert donating.metrics.history(name) == keeping.metrics.history(name) and donating.metrics.history(name)[1]
 
 
 def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():

@@ -163,6 +163,11 @@ class AgenticGRPOLearner(GRPOLearner):
         self.collector = TrajectoryCollector(cluster.rollout, cluster.tokenizer, episode,
                                              policy_version=lambda: self.version)
 
+    @property
+    def samples_while_training(self) -> bool:
+        """Episodes run during updates when they may run ahead of the policy (k >= 1): then nothing donates."""
+        return self.agentic.max_off_policy_steps > 0
+
 # %% ../../nbs/53_agentic_learner.ipynb #d84edc4e
 @patch
 def sync_rollout(self: AgenticGRPOLearner) -> int:

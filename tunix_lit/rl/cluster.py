@@ -194,6 +194,7 @@ class RLCluster:
             self._share_reference_base()
         # the trainer may write new parameters into old buffers only if nobody else reads them
         self.donate_actor = (not self.colocated) and not (self._ref_is_actor_snapshot and not self.is_lora)
+        self.reads_end_before_updates = False  # a learner's promise (allow_donation): no role reads during an update
         if self._ref_is_actor_snapshot:
             self.reference = self._snapshot_reference()
 
@@ -303,7 +304,7 @@ def mark_policy(self: RLCluster) -> None:
     if not (wants_gap or not _runs_our_module(self.rollout)):  # rollout_logps of a foreign engine needs it too
         return
     weights = self._weights(self.actor)  # the actor's arrays now (its variables were found once)
-    if self.donate_actor:  # the trainer will overwrite the trainable buffers: keep copies (small for LoRA)
+    if self.donate_actor and not self.reads_end_before_updates:  # reads overlap updates that overwrite: copies
         mask = self._trainable_mask()
         weights = weights._replace(arrays=[jnp.copy(x) if m else x for x, m in zip(weights.arrays, mask)])
     self._policy = weights
@@ -387,7 +388,8 @@ def explain(self: RLCluster) -> str:
         lines.append(f"shared: {pair} hold {b:,} bytes once")
     lines.append(f"rollout engine: {self.rollout.describe()}")
     lines += self._sync_lines(kind, vanilla)
-    lines.append(f"trainer donates the actor's buffers: {'yes' if self.donate_actor else 'no (another role reads them)'}")
+    why = " (every read of a step's weights ends before its first update)" if self.reads_end_before_updates else ""
+    lines.append(f"trainer donates the actor's buffers: {'yes' + why if self.donate_actor else 'no (another role reads them)'}")
     gap = "on (rollout_logp_gap, every step)" if self._policy is not None and self.rollout.returns_logprobs \
         else "off" if self.rollout.returns_logprobs else "unavailable (the engine returns no log-probs)"
     lines.append(f"log-prob gap engine vs actor: {gap}")
@@ -534,3 +536,20 @@ def sync_weights(self: RLCluster) -> int:
     self.synced_bytes += report.bytes_moved
     self.last_sync = report
     return report.bytes_moved
+
+# %% ../../nbs/21_rl_cluster.ipynb #7ae1cc82
+@patch
+def allow_donation(self: RLCluster) -> None:
+    """A learner's promise that every read of a step's weights ends before its first update: the trainer may donate."""
+    if self.reads_end_before_updates:
+        return
+    snapshot = self._ref_is_actor_snapshot and _same_mesh(self.meshes[Role.REFERENCE], self.meshes[Role.ACTOR])
+    key = next((k for k in self.shared if k.startswith("reference+actor")), None)
+    if snapshot and not self.donate_actor and key is not None:  # it reads the actor's trainable arrays: copy them
+        trainable = nnx.state(self.reference, self.trainable)
+        nnx.update(self.reference, jax.tree.map(jnp.copy, trainable))
+        rest = self.shared.pop(key) - tfm.tree_bytes(trainable)
+        if rest:
+            self.shared["reference+actor"] = rest
+    self.donate_actor = self.reads_end_before_updates = True
+    self.mark_policy()  # the policy's arrays, without the copies made for overlapping readers

@@ -233,6 +233,7 @@ class RLLearner:
 
     num_generations: int = 1  # G: completions per prompt
     num_iterations: int = 1  # μ: optimizer passes over each mini-batch
+    samples_while_training: bool = False  # True if rollouts may run during updates (chapter 53's episodes)
 
     def __init__(self, cluster: RLCluster, optimizer: optax.GradientTransformation, config: RLTrainingConfig, *,
                  reward_fns: Sequence[Callable] = (), metric_fns: Sequence[Callable] = ()):
@@ -245,6 +246,8 @@ class RLLearner:
             if not callable(fn):
                 raise TypeError(f"reward_fns must be callables fn(prompts, completions, **columns); got {fn!r}")
         self.metric_fns = list(metric_fns)
+        if self.reads_come_first:
+            cluster.allow_donation()  # nothing reads a step's weights after its update: the trainer may donate
         self.trainer = RLTrainer(cluster.actor, optimizer, loss_fn=self.loss_fn, accumulation=self.sizes.accumulation,
                                  mesh=cluster.mesh(Role.ACTOR), donate=cluster.donate_actor, seed=config.seed)
         self.trainers = {"actor": self.trainer}  # name -> RLTrainer, each updated on every mini-batch
@@ -259,6 +262,11 @@ class RLLearner:
         self._stop_reason: Optional[str] = None
         self._resumed = False
         self._gap_warned = False
+
+    @property
+    def reads_come_first(self) -> bool:
+        """Does every read of a step's weights end before its update (one mini-batch a step, no sampling while training)?"""
+        return self.sizes.mini == self.sizes.full and not self.samples_while_training
 
     # -- what an algorithm provides ---------------------------------------------------------------------
     def make_experience(self, rows: list[dict], step: int, chunk: int) -> tuple[list[dict], dict]:

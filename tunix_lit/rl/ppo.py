@@ -150,10 +150,10 @@ class PPOLearner(RLLearner):
         self.algo, self.num_iterations = algo, algo.num_iterations
         self._values_fn = None  # the critic's jitted values(), built on first use
         super().__init__(cluster, optimizer, config, reward_fns=reward_fns, metric_fns=metric_fns)
-        # no donation: the producer reads the critic's arrays (values for the next chunk) during updates
+        # donate only if nothing reads the critic during updates (the producer computes values from it)
         self.critic_trainer = RLTrainer(cluster.critic, critic_optimizer or optimizer, loss_fn=self.critic_loss_fn,
                                         accumulation=self.sizes.accumulation, mesh=cluster.mesh(Role.CRITIC),
-                                        donate=False, seed=config.seed + 1, trainable="all")
+                                        donate=self.reads_come_first, seed=config.seed + 1, trainable="all")
         self.trainers["critic"] = self.critic_trainer
         self._critic_checkpointer = None
         if config.checkpoint_dir is not None:

@@ -121,8 +121,14 @@ def generate(self: VanillaEngine, prompt_ids: Sequence[np.ndarray], max_new_toke
     rows = [np.asarray(r, np.int32).reshape(-1) for r in prompt_ids]
     # RL prompts fit the fixed width (one compile); a longer context (an agent's later turn) gets a bucket
     width = self.max_prompt_length if max(r.size for r in rows) <= self.max_prompt_length else None
-    out = self.sampler.generate(rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                seed=seed, stop_tokens=stop_tokens, max_prompt_length=width)
+    try:
+        out = self.sampler.generate(rows, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                    seed=seed, stop_tokens=stop_tokens, max_prompt_length=width)
+    except (ValueError, RuntimeError) as err:  # XLA's words for a donated buffer; say which step was skipped
+        if self.colocated and "deleted" in str(err):
+            raise RuntimeError("this colocated engine reads arrays that a donating update has consumed: re-point it "
+                               "with sync_weights(actor) after every update (RLCluster.sync_weights does)") from err
+        raise
     return EngineOutput(list(out.tokens), list(out.logprobs), list(out.text), np.asarray(out.finished))
 
 # %% ../../nbs/40_rollout_backends.ipynb #36b59c2a
