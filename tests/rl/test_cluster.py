@@ -84,6 +84,33 @@ def test_lora_reference_shares_the_actor_base_and_explain_says_so():
     assert cluster.donate_actor is False  # the colocated rollout reads the adapters
 
 
+def test_allow_donation_gives_a_lora_snapshot_its_own_adapters_and_drops_the_policy_copies():
+    """Colocated LoRA actor, reference='actor': before the promise the reference and the policy mark share the
+    actor's adapters; after it they do not overlap with what a donating update consumes, and explain() says why."""
+    mesh_a, _ = meshes()
+    base, tok = tiny.load(mesh_a)
+    cluster = RLCluster(lora.apply_lora(base, rank=4, alpha=8.0), tok, reference="actor", rollout_config=ROLL,
+                        meshes=mesh_a)
+    adapters = jax.tree.leaves(nnx.state(cluster.actor, cluster.trainable))
+    shared_before = cluster.shared["reference+actor"]
+    assert not cluster.donate_actor and "no (another role reads them)" in cluster.explain()
+    ids = {id(x) for x in adapters}
+    assert all(id(x) in ids for x in jax.tree.leaves(nnx.state(cluster.reference, cluster.trainable)))
+    cluster.allow_donation()
+    cluster.allow_donation()  # a second promise changes nothing
+    ref_adapters = jax.tree.leaves(nnx.state(cluster.reference, cluster.trainable))
+    assert not any(id(x) in ids for x in ref_adapters)  # the reference's own copies ...
+    for a, b in zip(adapters, ref_adapters):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # ... of the same values
+    adapter_bytes = sum(x.nbytes for x in adapters)
+    assert cluster.shared["reference+actor"] == shared_before - adapter_bytes  # the frozen base is still shared
+    # the policy mark reads the actor's own arrays (no copies): every read of it ends before an update
+    actor_arrays = {id(x) for x in jax.tree.leaves(nnx.state(cluster.actor))}
+    assert all(id(x) in actor_arrays for x in cluster._policy.arrays)
+    assert cluster.donate_actor and cluster.explain().splitlines()[-2].endswith(
+        "yes (every read of a step's weights ends before its first update)")
+
+
 def test_a_different_reference_is_not_shared():
     mesh_a, _ = meshes()
     base, tok = tiny.load(mesh_a)

@@ -272,6 +272,16 @@ def test_a_skipped_sync_after_a_donating_update_fails_naming_the_sync():
     assert "sync_weights(actor) after every update" in str(info.value.__cause__)
 
 
+def test_a_cluster_promised_to_a_donating_learner_refuses_one_that_samples_during_updates():
+    one = make(rl.RLTrainingConfig(batch_size=4, max_steps=1, progress_bar=False))
+    assert one.cluster.donate_actor
+    with pytest.raises(ValueError, match="needs a cluster of its own"):
+        GRPOLearner(one.cluster, optax.adam(1e-3), rl.RLTrainingConfig(batch_size=4, mini_batch_size=2, max_steps=1,
+                                                                      progress_bar=False),
+                    GRPOConfig(num_generations=2, beta=0.0), reward_fns=[arith.reward])
+    one.close()
+
+
 def test_a_donating_full_fine_tune_trains_exactly_like_one_that_does_not(monkeypatch):
     """Full parameters, colocated, reference='actor', β > 0, one mini-batch a step: the donating learner consumes
     the actor's old buffers, keeps the reference intact and ends with the same parameters and metrics as a

@@ -234,6 +234,21 @@ def test_a_short_run_lowers_the_value_loss_and_checkpoints_the_critic(tmp_path):
     again.close()
 
 
+def test_the_critic_donates_only_when_every_value_is_read_before_the_update():
+    """One mini-batch a step: the critic's first update consumes its starting buffers (donated), and the run goes
+    on (the producer reads the critic's new arrays next step). Two mini-batches: no promise, no donation."""
+    two = make(RLTrainingConfig(batch_size=8, mini_batch_size=4, max_steps=1, progress_bar=False))
+    assert not two.reads_come_first and not two.cluster.donate_actor
+    two.close()
+    one = make(RLTrainingConfig(batch_size=8, max_steps=2, progress_bar=False))
+    assert one.reads_come_first and one.cluster.donate_actor
+    first = jax.tree.leaves(nnx.state(one.cluster.critic, nnx.Param))
+    result = one.train(DATA)
+    one.close()
+    assert result.step == 2 and all(x.is_deleted() for x in first)
+    assert all(math.isfinite(v) for v in one.metrics.history("critic/loss")[1])
+
+
 # ------------------------------------------------------------------------------------------ errors
 def test_bad_inputs_name_the_problem():
     model, tok = tiny.load()

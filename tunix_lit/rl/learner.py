@@ -248,6 +248,10 @@ class RLLearner:
         self.metric_fns = list(metric_fns)
         if self.reads_come_first:
             cluster.allow_donation()  # nothing reads a step's weights after its update: the trainer may donate
+        elif cluster.reads_end_before_updates:  # an earlier learner's promise this one cannot keep
+            raise ValueError("this cluster's trainer donates (an earlier learner with one mini-batch a step called "
+                             "allow_donation); a learner with several mini-batches a step, or one that samples while "
+                             "it trains, needs a cluster of its own")
         self.trainer = RLTrainer(cluster.actor, optimizer, loss_fn=self.loss_fn, accumulation=self.sizes.accumulation,
                                  mesh=cluster.mesh(Role.ACTOR), donate=cluster.donate_actor, seed=config.seed)
         self.trainers = {"actor": self.trainer}  # name -> RLTrainer, each updated on every mini-batch
