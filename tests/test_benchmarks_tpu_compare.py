@@ -235,3 +235,13 @@ def test_a_forced_prompt_once_run_is_preferred_over_the_default_one(tc):
     got = tc.summarize(rows, {})["parts"]["grpo_whole"]["vs_prompt_once"]
     assert got["train_step_compile_s"] == [50.0, 35.0] and got["once_ran_prompt_once"] is True
     assert got["step_time_ratio"] == 1.05
+
+
+def test_the_summary_says_whether_our_trainer_donated(tc):
+    """`trainer_donates` of our last good GRPO row reaches the summary; a record from before it reads None."""
+    row = lambda part, donates: dict(part=part, round=1, side="ours", rc=0, timed_out=False, wall_s=1.0,
+                                     result=dict(median_step_s=0.2, first_step_s=5.0,
+                                                 **({} if donates is None else {"trainer_donates": donates})))
+    parts = tc.summarize([row("grpo", True), row("grpo_full_l28", None)], {})["parts"]
+    assert parts["grpo"]["ours"]["trainer_donates"] is True
+    assert parts["grpo_full_l28"]["ours"]["trainer_donates"] is None
