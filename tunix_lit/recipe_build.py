@@ -233,18 +233,20 @@ def build_rl(launch: Launch, optimizer, training: dict, progress_bar: bool) -> N
     cluster = RLCluster(launch.model, launch.tokenizer, reference=r["reference"], critic=critic,
                         rollout_config=launch.extras["rollout"], meshes=launch.mesh)
     launch.extras["cluster"] = cluster
-    launch.add("cluster", cluster.explain().replace("\n", "\n" + " " * 19))
     cfg = RLTrainingConfig(**training, log_dir=str(run_dir), checkpoint_dir=str(run_dir / "checkpoints"),
                            progress_bar=progress_bar)
     metrics = [launch.accuracy_fn] if launch.accuracy_fn else []
     if r["algorithm"] == "ppo":
-        critic_opt, text = make_optimizer(r["optimizer"], r["optimizer"]["critic_learning_rate"])
-        launch.add("critic opt", text)
+        critic_opt, critic_text = make_optimizer(r["optimizer"], r["optimizer"]["critic_learning_rate"])
         launch.trainer = ppo.PPOLearner(cluster, optimizer, cfg, launch.extras["algo"], reward_fns=launch.reward_fns,
                                         critic_optimizer=critic_opt, metric_fns=metrics)
     else:
         launch.trainer = grpo.GRPOLearner(cluster, optimizer, cfg, launch.extras["algo"],
                                           reward_fns=launch.reward_fns, metric_fns=metrics)
+    # explained once its learner exists: a learner with one mini-batch a step lets the trainer donate (chapter 31)
+    launch.add("cluster", cluster.explain().replace("\n", "\n" + " " * 19))
+    if r["algorithm"] == "ppo":
+        launch.add("critic opt", critic_text)
     launch.add("learner", f"{type(launch.trainer).__name__}: {cfg.batch_size} prompts a step × "
                           f"{launch.trainer.num_generations} completion(s), {cfg.max_steps} steps, "
                           f"{launch.trainer.sizes.accumulation} micro-batch(es) an update")
