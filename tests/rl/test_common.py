@@ -130,16 +130,58 @@ def test_chunked_head_gives_the_same_logps_entropy_and_gradients(tiny):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_a_frozen_heads_chunked_gradient_equals_one_pass_and_skips_the_recompute(tiny):
+    """LoRA on the layers, the tied head frozen: the adapters' gradients through a chunked head equal one pass's,
+    with or without the entropy's gradient, and the gradient program passes over the vocabulary twice, not three times."""
+    from tunix_lit.sft import lora
+
+    model = lora.apply_lora(tfm.Transformer(tiny.config, rngs=nnx.Rngs(3)), rank=4, alpha=8.0)
+    adapters = nnx.state(model, nnx.LoRAParam)  # B starts at zero (so A's gradient would be zero): randomise both
+    keys = iter(jax.random.split(jax.random.key(4), len(jax.tree.leaves(adapters))))
+    nnx.update(model, jax.tree.map(lambda a: 0.1 * jax.random.normal(next(keys), a.shape, a.dtype), adapters))
+    batch = _batch()
+
+    def total(m, chunk, ent_weight):
+        lp, ent = common.compute_completion_logps(m, *batch, return_entropy=True, chunk_size=chunk, temperature=0.7)
+        return (lp * jnp.arange(1.0, 7.0)).sum() + ent_weight * ent.sum(), (lp, ent)
+
+    step = nnx.jit(nnx.value_and_grad(total, argnums=nnx.DiffState(0, nnx.LoRAParam), has_aux=True),
+                   static_argnums=(1, 2))
+    for ent_weight in (0.0, 0.3):  # 0.3: the entropy's gradient is wanted, so each chunk's logits are recomputed
+        (v1, (lp1, ent1)), g1 = step(model, None, ent_weight)
+        (v4, (lp4, ent4)), g4 = step(model, 4, ent_weight)  # 6 slots: chunks of 3 (auto would also take 3)
+        np.testing.assert_allclose(lp4, lp1, atol=1e-5)
+        np.testing.assert_allclose(ent4, ent1, atol=1e-5)
+        leaves = jax.tree.leaves(g1)
+        assert leaves and all(np.abs(np.asarray(a)).max() > 0 for a in leaves)
+        for a, b in zip(jax.tree.leaves(g4), leaves):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+    hidden = jax.random.normal(jax.random.key(0), (3, 7, tiny.config.embed_dim))
+    y = jax.random.randint(jax.random.key(1), (3, 7), 0, tiny.config.vocab_size)
+    loss = lambda m, h: (common._head_logps(m, h, y, 0.7, False, 3) ** 2).sum()  # not linear: the values are kept
+    frozen = jax.jit(jax.value_and_grad(lambda h: loss(tiny, h))).lower(hidden).as_text()
+    gdef, state = nnx.split(tiny)
+    trained = jax.jit(jax.value_and_grad(lambda s, h: loss(nnx.merge(gdef, s), h), argnums=(0, 1)))
+    trained = trained.lower(state, hidden).as_text()
+    assert frozen.count("dot_general") == 2  # the logits and the row gradient, both in the forward pass
+    assert trained.count("dot_general") == 4  # logits, their recompute, and the products for h and the table
+
+
 @pytest.mark.parametrize("batch,length,vocab,budget,want", [
-    (3, 6, 19, 1000, 4),  # 3 rows x 19 ids x 4 bytes = 228 bytes a slot: 4 fit in 1000, 6 do not
+    (3, 6, 19, 1000, 3),  # 228 bytes a slot: 4 fit in 1000, so two chunks, of 3 each (not 4 + 2 padded to 4)
     (3, 6, 19, 10_000, None),  # all 6 slots fit: one pass
     (128, 4, 262_144, 256 * 2 ** 20, 2),  # 128 MiB a slot under a 256 MiB budget
     (1024, 4, 262_144, 256 * 2 ** 20, 1),  # one slot alone is over the budget: still one at a time
+    (8, 128, 151_936, 256 * 2 ** 20, 43),  # the TPU benchmark's rollout: 55 slots fit; 3 chunks of 43, not 3 of 55
 ])
-def test_auto_chunk_size_is_the_largest_slice_within_the_budget(batch, length, vocab, budget, want):
+def test_auto_chunk_size_is_the_fewest_equal_slices_within_the_budget(batch, length, vocab, budget, want):
     assert common.auto_chunk_size(batch, length, vocab, budget) == want
-    if want is not None:  # the slice fits (or is the single slot), one more slot would not
-        assert want == 1 or want * batch * vocab * 4 <= budget < (want + 1) * batch * vocab * 4
+    if want is not None:
+        per_slot = batch * vocab * 4
+        widest = max(1, budget // per_slot)  # the most slots one chunk may hold
+        assert want <= widest and -(-length // want) == -(-length // widest)  # as few chunks as the widest would take
+        assert -(-length // want) * want - length < -(-length // want)  # fewer padded slots than chunks
 
 
 def test_auto_chunking_follows_the_budget_and_changes_no_value(tiny, monkeypatch):

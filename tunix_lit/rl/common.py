@@ -19,7 +19,8 @@ from typing import Callable, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
+from flax import nnx, struct
+from jax.custom_derivatives import SymbolicZero
 
 # %% ../../nbs/20_rl_common.ipynb #de012986
 class Registry:
@@ -178,14 +179,17 @@ LOGITS_CHUNK_BYTES = 256 * 2 ** 20  # chunk_size="auto": the most float32 logits
 
 
 def auto_chunk_size(batch: int, length: int, vocab: int, budget: Optional[int] = None) -> Optional[int]:
-    """Slots per LM-head chunk keeping float32 logits [batch, chunk, vocab] within `budget` bytes; None: one pass fits."""
+    """Slots per LM-head chunk: the fewest equal chunks whose float32 logits [batch, chunk, vocab] fit `budget` bytes; None: one pass fits."""
     budget = LOGITS_CHUNK_BYTES if budget is None else budget  # read at call time: a caller may lower it
     per_slot = batch * vocab * 4
     if per_slot * length <= budget:
         return None
-    return max(1, budget // per_slot)
+    widest = max(1, budget // per_slot)
+    n = -(-length // widest)  # the fewest chunks that fit
+    return -(-length // n)  # as equal as they can be: at most n - 1 padded slots in all
 
 
+# %% ../../nbs/20_rl_common.ipynb #5bf505e6
 def _head_logps(model, hidden, tokens, temperature, return_entropy, chunk_size):
     """LM head + per_token_logps on hidden [B, T, D], optionally in chunks of the T axis ("auto": by size)."""
     one = lambda h, y: per_token_logps(model.logits(h), y, temperature=temperature, return_entropy=return_entropy)
@@ -201,6 +205,8 @@ def _head_logps(model, hidden, tokens, temperature, return_entropy, chunk_size):
         raise ValueError(f"chunk_size must be 'auto', None (one pass) or a positive int, got {chunk_size!r}")
     if not chunk_size or chunk_size >= T:
         return one(hidden, tokens)
+    if (head := _plain_head(model)) is not None:  # the next section: a frozen head's gradient from the forward pass
+        return _chunked_head_logps(model, hidden, tokens, head, temperature, return_entropy, chunk_size)
     n = -(-T // chunk_size)
     h = pad_to_length(hidden, n * chunk_size, axis=1).reshape(B, n, chunk_size, D).swapaxes(0, 1)
     y = pad_to_length(tokens, n * chunk_size, axis=1).reshape(B, n, chunk_size).swapaxes(0, 1)
@@ -224,6 +230,75 @@ def compute_completion_logps(model, prompt_ids: jax.Array, prompt_mask: jax.Arra
     out = _head_logps(model, hidden, completion_ids, temperature, return_entropy, chunk_size)
     keep = completion_mask.astype(bool)
     return jax.tree.map(lambda a: jnp.where(keep, a, 0.0), out)
+
+
+# %% ../../nbs/20_rl_common.ipynb #3014b17a
+def _plain_head(model):
+    """(weight, to_kernel) of a model's LM head when it is one plain float array (to_kernel: weight -> [D, V]), else None."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(model, "embedder") or not hasattr(cfg, "tie_embeddings"):
+        return None
+    head = model.embedder if cfg.tie_embeddings else getattr(model, "lm_head", None)
+    leaves = jax.tree.leaves(nnx.state(head)) if head is not None else []
+    if len(leaves) != 1 or not jnp.issubdtype(leaves[0].dtype, jnp.floating):  # a bias, LoRA or quantised head
+        return None
+    dtype = getattr(head, "dtype", None) or leaves[0].dtype
+    if cfg.tie_embeddings:
+        return leaves[0], lambda w: w.astype(dtype).T
+    return leaves[0], lambda w: w.astype(dtype)
+
+
+def _dense(g, like):
+    """g, or zeros shaped like `like` where g is a symbolic zero (a custom_vjp with symbolic_zeros=True)."""
+    return jnp.zeros(like.shape, like.dtype) if isinstance(g, SymbolicZero) else g
+
+
+def _chunked_head_logps(model, hidden, tokens, head, temperature, return_entropy, chunk):
+    """Chunked LM head + per_token_logps whose backward pass re-reads the vocabulary only when the head trains."""
+    weight, to_kernel = head
+    B, T, _ = hidden.shape
+    n = -(-T // chunk)
+    split = lambda a: pad_to_length(a, n * chunk, axis=1).reshape(B, n, chunk, *a.shape[2:]).swapaxes(0, 1)
+    join = lambda a: a.swapaxes(0, 1).reshape(B, n * chunk, *a.shape[3:])[:, :T]
+    one = lambda h, w, y: per_token_logps(model.logits(h, to_kernel(w)), y, temperature=temperature,
+                                          return_entropy=return_entropy)
+
+    def run(h, w, y):  # no gradient asked: one forward pass per chunk
+        _, out = jax.lax.scan(lambda c, xs: (c, one(xs[0], w, xs[1])), None, (split(h), split(y)))
+        return jax.tree.map(join, out)
+
+    def fwd(h, w, y):
+        (h, w, y), frozen = (a.value for a in (h, w, y)), not w.perturbed
+        if not frozen:
+            return run(h, w, y), (h, w, y, None)
+
+        def with_jac(c, xs):  # each slot's log-prob depends on its own hidden row only: d lp_t / d h_t
+            out, pull = jax.vjp(lambda a: one(a, w, xs[1]), xs[0])
+            ones = jnp.ones(xs[1].shape, jnp.float32)
+            return c, (out, pull((ones, jnp.zeros_like(ones)) if return_entropy else ones)[0])
+
+        _, (out, jac) = jax.lax.scan(with_jac, None, (split(h), split(y)))
+        return jax.tree.map(join, out), (h, w, y, join(jac))
+
+    def bwd(saved, g):
+        h, w, y, jac = saved
+        g_lp, g_ent = g if return_entropy else (g, None)
+        if jac is not None and (g_ent is None or isinstance(g_ent, SymbolicZero)):
+            return (_dense(g_lp, y.astype(jnp.float32))[..., None] * jac).astype(h.dtype), None, None
+        g = jax.tree.map(lambda a: _dense(a, y.astype(jnp.float32)), g, is_leaf=lambda a: isinstance(a, SymbolicZero))
+
+        def chunk_grad(dw, xs):  # recompute the chunk's logits: the head trains, or the entropy has a gradient
+            _, pull = jax.vjp(lambda a, b: one(a, b, xs[1]), xs[0], w)
+            dh, dwc = pull(xs[2])
+            return dw + dwc.astype(jnp.float32), dh
+
+        dw, dh = jax.lax.scan(chunk_grad, jnp.zeros(w.shape, jnp.float32), (split(h), split(y), jax.tree.map(split, g)))
+        return join(dh), (None if jac is not None else dw.astype(w.dtype)), None
+
+    f = jax.custom_vjp(run)
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f(hidden, weight, tokens)
+
 
 # %% ../../nbs/20_rl_common.ipynb #3fa1c9be
 def _grouped_hidden(model, prompt_ids, completion_ids, mask, G: int) -> jax.Array:
