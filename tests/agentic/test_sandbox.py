@@ -86,11 +86,15 @@ def probes(lab: dict) -> dict:
         "signal": TRY + "import os, signal\n"
                         "for p in (@VICTIM@, @CALLER@, os.getppid(), -1):\n"
                         "    print(p, attempt(lambda: os.kill(p, signal.SIGKILL)), flush=True)",
-        # every process forks again: 2**12 wanted; the first process counts what exists after a pause
+        # every process forks again: 2**12 wanted. The first process may finish its own forks before the others
+        # fill the table (a loaded machine), so after a pause, while they still sleep, it counts and forks once more
         "fork_bomb": "import os, time\nroot, failed = os.getpid(), 0\nfor _ in range(12):\n    try:\n"
-                     "        os.fork()\n    except OSError:\n        failed += 1\ntime.sleep(1.0)\n"
+                     "        os.fork()\n    except OSError:\n        failed += 1\n"
+                     "time.sleep(0.5 if os.getpid() == root else 2.0)\n"
                      "if os.getpid() == root:\n"
-                     "    print(len([p for p in os.listdir('/proc') if p.isdigit()]), failed)",
+                     "    count = len([p for p in os.listdir('/proc') if p.isdigit()])\n"
+                     "    try:\n        os.fork() or os._exit(0)\n    except OSError:\n        failed += 1\n"
+                     "    print(count, failed)",
         "memory": TRY + "print(attempt(lambda: len(bytearray(100 * 2**20))))\n"
                         "print(attempt(lambda: len(bytearray(10 * 2**30))))",
         "disk": "import os\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (64 << 20))\nexcept OSError as e:\n    print('big', e)\n"
