@@ -286,14 +286,18 @@ def _chunked_head_logps(model, hidden, tokens, head, temperature, return_entropy
         if jac is not None and (g_ent is None or isinstance(g_ent, SymbolicZero)):
             return (_dense(g_lp, y.astype(jnp.float32))[..., None] * jac).astype(h.dtype), None, None
         g = jax.tree.map(lambda a: _dense(a, y.astype(jnp.float32)), g, is_leaf=lambda a: isinstance(a, SymbolicZero))
+        trains = jac is None  # else the head is frozen and only the entropy's gradient sent us here
 
         def chunk_grad(dw, xs):  # recompute the chunk's logits: the head trains, or the entropy has a gradient
+            if not trains:
+                return dw, jax.vjp(lambda a: one(a, w, xs[1]), xs[0])[1](xs[2])[0]
             _, pull = jax.vjp(lambda a, b: one(a, b, xs[1]), xs[0], w)
             dh, dwc = pull(xs[2])
             return dw + dwc.astype(jnp.float32), dh
 
-        dw, dh = jax.lax.scan(chunk_grad, jnp.zeros(w.shape, jnp.float32), (split(h), split(y), jax.tree.map(split, g)))
-        return join(dh), (None if jac is not None else dw.astype(w.dtype)), None
+        dw0 = jnp.zeros(w.shape, jnp.float32) if trains else None
+        dw, dh = jax.lax.scan(chunk_grad, dw0, (split(h), split(y), jax.tree.map(split, g)))
+        return join(dh), (dw.astype(w.dtype) if trains else None), None
 
     f = jax.custom_vjp(run)
     f.defvjp(fwd, bwd, symbolic_zeros=True)
