@@ -471,12 +471,13 @@ def __call__(self: Transformer, tokens: jax.Array, positions: Optional[jax.Array
 
 # %% ../../nbs/10_model.ipynb #8e3cc2cd
 @patch
-def logits(self: Transformer, x: jax.Array, kernel: Optional[jax.Array] = None) -> jax.Array:
-    """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]; `kernel` [D, V] stands in for its weights."""
+def logits(self: Transformer, x: jax.Array, kernel: Optional[jax.Array] = None, *,
+           weight: Optional[jax.Array] = None) -> jax.Array:
+    """LM head on final hidden states [B, T, D] -> float32 logits [B, T, V]; `kernel` [D, V] or `weight` (the head's own array) stands in for its weights."""
     cfg = self.config
     lead, x = x.shape[:-1], x.reshape(-1, x.shape[-1])  # 2-D matmul: a faster weight gradient on CPU
-    if kernel is None:
-        out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x)  # below: its CPU gradient
+    if kernel is None:  # weight: the head's array passed in explicitly (chapter 20 differentiates it by hand)
+        out = lm_head(self.embedder if cfg.tie_embeddings else self.lm_head, x, weight)  # below: its CPU gradient
     else:  # a copy of the head's weights in another layout (the sampler's CPU decode loop, chapter 15)
         out = x.astype(kernel.dtype) @ kernel
     out = out.reshape(*lead, -1).astype(jnp.float32)
@@ -512,13 +513,17 @@ def _head_bwd(tied, saved, g):
 head_product.defvjp(_head_fwd, _head_bwd)
 
 
-def lm_head(head: nnx.Module, x: jax.Array) -> jax.Array:
-    """Logits x [N, D] -> [N, V] through a tied nnx.Embed or an nnx.Linear; on a CPU with head_product's gradient."""
+def lm_head(head: nnx.Module, x: jax.Array, weight: Optional[jax.Array] = None) -> jax.Array:
+    """Logits x [N, D] -> [N, V] through a tied nnx.Embed or an nnx.Linear (or its plain array `weight`); on a CPU with head_product's gradient."""
     tied = isinstance(head, nnx.Embed)
-    if jax.default_backend() != "cpu" or len(jax.tree.leaves(nnx.state(head))) != 1:  # accelerator, or rewritten
-        return head.attend(x) if tied else head(x)
-    w = head.embedding[...] if tied else head.kernel[...]
-    return head_product(x.astype(head.dtype), w.astype(head.dtype), tied)
+    if weight is None:
+        if jax.default_backend() != "cpu" or len(jax.tree.leaves(nnx.state(head))) != 1:  # accelerator, or rewritten
+            return head.attend(x) if tied else head(x)
+        weight = head.embedding[...] if tied else head.kernel[...]
+    x, w = x.astype(head.dtype), weight.astype(head.dtype)
+    if jax.default_backend() != "cpu":
+        return x @ w.T if tied else x @ w
+    return head_product(x, w, tied)
 
 # %% ../../nbs/10_model.ipynb #b8d2e3f4
 def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, softcap: Optional[float] = None):

@@ -13,6 +13,7 @@ __all__ = ['LOGITS_CHUNK_BYTES', 'KL_ESTIMATORS', 'LOSS_AGG_MODES', 'Registry', 
 # aggregation formulas). Differs on purpose: the EOS token is trained, masks never compare against
 # the pad id, the default KL estimator is k3. Leaves out: sequence packing (segment ids), images.
 import difflib
+import inspect
 import math
 from typing import Callable, Optional, Sequence, Union
 
@@ -234,18 +235,16 @@ def compute_completion_logps(model, prompt_ids: jax.Array, prompt_mask: jax.Arra
 
 # %% ../../nbs/20_rl_common.ipynb #3014b17a
 def _plain_head(model):
-    """(weight, to_kernel) of a model's LM head when it is one plain float array (to_kernel: weight -> [D, V]), else None."""
+    """A model's LM-head array (the tied [V, D] table or the [D, V] kernel) when it is one plain float array, else None."""
     cfg = getattr(model, "config", None)
-    if cfg is None or not hasattr(model, "embedder") or not hasattr(cfg, "tie_embeddings"):
+    if cfg is None or not hasattr(model, "embedder") or not hasattr(cfg, "tie_embeddings") \
+            or "weight" not in inspect.signature(model.logits).parameters:  # a head we cannot hand its array
         return None
     head = model.embedder if cfg.tie_embeddings else getattr(model, "lm_head", None)
     leaves = jax.tree.leaves(nnx.state(head)) if head is not None else []
     if len(leaves) != 1 or not jnp.issubdtype(leaves[0].dtype, jnp.floating):  # a bias, LoRA or quantised head
         return None
-    dtype = getattr(head, "dtype", None) or leaves[0].dtype
-    if cfg.tie_embeddings:
-        return leaves[0], lambda w: w.astype(dtype).T
-    return leaves[0], lambda w: w.astype(dtype)
+    return leaves[0]
 
 
 def _dense(g, like):
@@ -253,14 +252,13 @@ def _dense(g, like):
     return jnp.zeros(like.shape, like.dtype) if isinstance(g, SymbolicZero) else g
 
 
-def _chunked_head_logps(model, hidden, tokens, head, temperature, return_entropy, chunk):
+def _chunked_head_logps(model, hidden, tokens, weight, temperature, return_entropy, chunk):
     """Chunked LM head + per_token_logps whose backward pass re-reads the vocabulary only when the head trains."""
-    weight, to_kernel = head
     B, T, _ = hidden.shape
     n = -(-T // chunk)
     split = lambda a: pad_to_length(a, n * chunk, axis=1).reshape(B, n, chunk, *a.shape[2:]).swapaxes(0, 1)
     join = lambda a: a.swapaxes(0, 1).reshape(B, n * chunk, *a.shape[3:])[:, :T]
-    one = lambda h, w, y: per_token_logps(model.logits(h, to_kernel(w)), y, temperature=temperature,
+    one = lambda h, w, y: per_token_logps(model.logits(h, weight=w), y, temperature=temperature,
                                           return_entropy=return_entropy)
 
     def run(h, w, y):  # no gradient asked: one forward pass per chunk
