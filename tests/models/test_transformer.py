@@ -168,6 +168,9 @@ def test_lm_head_keeps_the_modules_call_for_a_head_with_more_than_one_weight():
     head.bias[...] = jnp.full((11,), 3.0)
     x = jnp.ones((2, 16))
     np.testing.assert_allclose(np.asarray(tf.lm_head(head, x)), np.asarray(head(x)), rtol=1e-6)
+    assert tf.plain_head_weight(head) is None  # and chapter 20's chunked head takes its checkpointed path
+    plain = nnx.Linear(16, 11, use_bias=False, rngs=nnx.Rngs(0))
+    assert tf.plain_head_weight(plain) is plain.kernel[...]
 
 
 def test_append_last_is_static_and_survives_the_model_call():

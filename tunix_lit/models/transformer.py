@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
-           'write_slots', 'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'lm_head', 'attend_then_append',
-           'concat_projections', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of', 'tree_bytes',
-           'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
+           'write_slots', 'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'plain_head_weight', 'lm_head',
+           'attend_then_append', 'concat_projections', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of',
+           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -487,6 +487,12 @@ def logits(self: Transformer, x: jax.Array, kernel: Optional[jax.Array] = None, 
 
 
 @patch
+def head_weight(self: Transformer) -> Optional[jax.Array]:
+    """The LM head's plain array, the one `logits(x, weight=...)` stands in for (chapter 20 differentiates it by hand); None if rewritten."""
+    return plain_head_weight(self.embedder if self.config.tie_embeddings else self.lm_head)
+
+
+@patch
 def init_cache(self: Transformer, batch: int, cache_size: int, dtype=None, mesh=None) -> KVCache:
     """An empty KVCache for this model (sharded on `mesh` when given)."""
     return KVCache.create(self.config, batch, cache_size, dtype, mesh)
@@ -513,13 +519,18 @@ def _head_bwd(tied, saved, g):
 head_product.defvjp(_head_fwd, _head_bwd)
 
 
+def plain_head_weight(head: nnx.Module) -> Optional[jax.Array]:
+    """The head's one float array (the tied [V, D] table or the [D, V] kernel); None for a head with a bias, adapters or quantised weights."""
+    leaves = jax.tree.leaves(nnx.state(head))
+    return leaves[0] if len(leaves) == 1 and jnp.issubdtype(leaves[0].dtype, jnp.floating) else None
+
+
 def lm_head(head: nnx.Module, x: jax.Array, weight: Optional[jax.Array] = None) -> jax.Array:
     """Logits x [N, D] -> [N, V] through a tied nnx.Embed or an nnx.Linear (or its plain array `weight`); on a CPU with head_product's gradient."""
     tied = isinstance(head, nnx.Embed)
     if weight is None:
-        if jax.default_backend() != "cpu" or len(jax.tree.leaves(nnx.state(head))) != 1:  # accelerator, or rewritten
+        if jax.default_backend() != "cpu" or (weight := plain_head_weight(head)) is None:  # accelerator, or rewritten
             return head.attend(x) if tied else head(x)
-        weight = head.embedding[...] if tied else head.kernel[...]
     x, w = x.astype(head.dtype), weight.astype(head.dtype)
     if jax.default_backend() != "cpu":
         return x @ w.T if tied else x @ w

@@ -13,7 +13,6 @@ __all__ = ['LOGITS_CHUNK_BYTES', 'KL_ESTIMATORS', 'LOSS_AGG_MODES', 'Registry', 
 # aggregation formulas). Differs on purpose: the EOS token is trained, masks never compare against
 # the pad id, the default KL estimator is k3. Leaves out: sequence packing (segment ids), images.
 import difflib
-import inspect
 import math
 from typing import Callable, Optional, Sequence, Union
 
@@ -235,16 +234,8 @@ def compute_completion_logps(model, prompt_ids: jax.Array, prompt_mask: jax.Arra
 
 # %% ../../nbs/20_rl_common.ipynb #3014b17a
 def _plain_head(model):
-    """A model's LM-head array (the tied [V, D] table or the [D, V] kernel) when it is one plain float array, else None."""
-    cfg = getattr(model, "config", None)
-    if cfg is None or not hasattr(model, "embedder") or not hasattr(cfg, "tie_embeddings") \
-            or "weight" not in inspect.signature(model.logits).parameters:  # a head we cannot hand its array
-        return None
-    head = model.embedder if cfg.tie_embeddings else getattr(model, "lm_head", None)
-    leaves = jax.tree.leaves(nnx.state(head)) if head is not None else []
-    if len(leaves) != 1 or not jnp.issubdtype(leaves[0].dtype, jnp.floating):  # a bias, LoRA or quantised head
-        return None
-    return leaves[0]
+    """A model's LM-head array when it is one plain float array that `model.logits(x, weight=...)` takes (chapter 10), else None."""
+    return model.head_weight() if hasattr(model, "head_weight") else None
 
 
 def _dense(g, like):
