@@ -1,5 +1,6 @@
 """The decoder: numerics against NumPy, KV cache against full recompute, sharding against one device."""
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,29 @@ def test_rope_matches_complex_rotation():
     expected = np.concatenate([rotated.real, rotated.imag], axis=-1)
     got = tf.apply_rope(jnp.asarray(x), jnp.asarray(pos), tf.rope_frequencies(8, 10_000.0))
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+def _fusions_evaluating(op: str, hlo: str) -> list:
+    """Element count of each fusion's output whose fused computation contains `op` (e.g. 'sine'), from compiled HLO text."""
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"^%([\w.\-]+) \(.*?\) -> .*? \{\n(.*?)\n\}", hlo, re.S | re.M)}
+    sizes = []
+    for m in re.finditer(r"= (\(.*?\)|\w+\[[\d,]*\]\S*) fusion\(.*?calls=%([\w.\-]+)", hlo):
+        if f" {op}(" in bodies.get(m.group(2), ""):
+            dims = re.findall(r"\[([\d,]*)\]", m.group(1))
+            sizes.append(max(math.prod(int(d) for d in ds.split(",") if d) for ds in dims))
+    return sizes
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the sin/cos table is kept apart on the CPU backend only")
+def test_rope_evaluates_sin_and_cos_once_per_slot_and_frequency_on_a_cpu():
+    """Compiled for a CPU, sin and cos run in a loop of [2, B, T, H/2] elements, not inside the per-head rotation."""
+    B, T, N, H = 2, 8, 4, 16
+    rope = jax.jit(lambda x, p: tf.apply_rope(x, p, tf.rope_frequencies(H, 10_000.0)))
+    hlo = rope.lower(jax.ShapeDtypeStruct((B, T, N, H), jnp.float32),
+                     jax.ShapeDtypeStruct((B, T), jnp.int32)).compile().as_text()
+    for op in ("sine", "cosine"):
+        sizes = _fusions_evaluating(op, hlo)
+        assert sizes and max(sizes) <= 2 * B * T * (H // 2), (op, sizes)
 
 
 def test_llama3_rope_scaling_matches_a_loop_over_frequencies():

@@ -256,7 +256,11 @@ def rope_frequencies(head_dim: int, theta: float, scaling: Optional[RopeScaling]
 def apply_rope(x: jax.Array, positions: jax.Array, freqs: np.ndarray) -> jax.Array:
     """Rotate x [B, T, heads, H] by positions [B, T] (half-split pairs)."""
     angles = positions[..., None].astype(jnp.float32) * jnp.asarray(freqs, jnp.float32)  # [B, T, H/2]
-    sin, cos = jnp.sin(angles)[:, :, None, :], jnp.cos(angles)[:, :, None, :]
+    sin, cos = jnp.sin(angles), jnp.cos(angles)
+    if jax.default_backend() == "cpu":  # one [2, B, T, H/2] table, computed apart (see below)
+        table = jax.lax.optimization_barrier(jnp.stack([sin, cos]))
+        sin, cos = table[0], table[1]
+    sin, cos = sin[:, :, None, :], cos[:, :, None, :]
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
