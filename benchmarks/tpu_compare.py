@@ -55,7 +55,7 @@ TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-k
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
-          "sampler_b32": 80, "grpo_whole": 130, "grpo_once": 150, "grpo_whole_l28": 250, "grpo_l28": 300,
+          "sampler_b8": 80, "sampler_b32": 80, "sampler_b128": 110, "grpo_whole": 130, "grpo_once": 150, "grpo_whole_l28": 250, "grpo_l28": 300,
           "sft_l28": 150, "grpo_full_l28": 300}
 LAYERS28 = ("grpo_l28", "sft_l28", "grpo_full_l28")  # run only when named
 OURS_ONLY = ("trace", "decode_plain", "decode_lora8", "grpo_whole", "grpo_once", "grpo_whole_l28")  # no upstream row
@@ -75,7 +75,7 @@ def work(tiny: bool) -> dict:
         grpo = ["--batch", "2", "--num-generations", "4", "--prompt-len", "64", "--gen-len", "128", "--steps", "6"]
         sft = ["--batch", "4", "--seq-len", "512", "--steps", "6", "--pipelined-steps", "6"]
         smp = ["--prompt-len", "128", "--gen-len", "128", "--repeats", "3", "--min-time-s", "1", "--bw-mb", "1024"]
-        batches = (1, 32)
+        batches = (1, 8, 32, 128)  # the issue's four batches; --parts sampler runs them all
     lora = ["--lora-rank", "8"]
     out = {
         "grpo": (["benchmarks/grpo_step.py", *train, *grpo, *lora],
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=540.0, help="seconds from start (install included) to stop by")
     p.add_argument("--parts", default="grpo,sft,trace,sampler",
                    help="comma-separated: grpo, sft, trace, decode, sampler (or decode_plain / decode_lora8, "
-                        "sampler_b1 / sampler_b32), grpo_whole / grpo_once (ours, prompt_once off / on), grpo_l28, "
+                        "sampler_b1 / _b8 / _b32 / _b128), grpo_whole / grpo_once (ours, prompt_once off / on), grpo_l28, "
                         "sft_l28, grpo_full_l28, grpo_whole_l28")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sides", default="upstream,ours",

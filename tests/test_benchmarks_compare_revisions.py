@@ -27,7 +27,7 @@ def test_rounds_below_one_are_refused():
         compare_revisions.main(["grpo", "--base", "HEAD", "--rounds", "0"])
 
 
-def test_both_sides_alternate_and_the_worktree_is_removed(monkeypatch, capsys):
+def test_a_round_runs_the_base_checkout_then_the_working_tree_and_the_worktree_goes(monkeypatch, capsys):
     # machine.py exists at HEAD and prints one JSON line with a number in it (the CPU count): a quick stand-in
     monkeypatch.setitem(compare_revisions.WORK, "machine", ("machine.py", "cores", "higher"))
     monkeypatch.setattr(compare_revisions, "last_json",
@@ -35,13 +35,13 @@ def test_both_sides_alternate_and_the_worktree_is_removed(monkeypatch, capsys):
                                                                         check=True).stdout.splitlines()[-1]),
                                           "cores": 2.0, "script": cmd[1]})
     before = _worktrees()
-    assert compare_revisions.main(["machine", "--base", "HEAD", "--rounds", "2"]) == 0
+    assert compare_revisions.main(["machine", "--base", "HEAD", "--rounds", "1"]) == 0
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
     rows, summary = lines[:-1], lines[-1]
-    assert [r["side"] for r in rows] == ["base", "now", "base", "now"]
+    assert [r["side"] for r in rows] == ["base", "now"]
     assert all("tunix-lit-base-" in r["script"] for r in rows if r["side"] == "base")
     assert all(r["script"].startswith(str(BENCH)) for r in rows if r["side"] == "now")
-    assert summary["ratio_now_over_base"] == 1.0 and summary["per_round_ratio"] == [1.0, 1.0]
+    assert summary["ratio_now_over_base"] == 1.0 and summary["per_round_ratio"] == [1.0]
     assert summary["base_commit"] == subprocess.run(["git", "-C", str(BENCH), "rev-parse", "HEAD"], capture_output=True,
                                                     text=True, check=True).stdout.strip()
     assert _worktrees() == before

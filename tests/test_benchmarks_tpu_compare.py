@@ -34,8 +34,8 @@ def test_plan_puts_training_rows_first_and_alternates_sides(tc):
     assert jobs[4:8] == [("grpo", 2, "ours"), ("grpo", 2, "upstream"), ("sft", 2, "ours"), ("sft", 2, "upstream")]
     assert jobs[8] == ("trace", 1, "ours")
     samplers = jobs[9:]
-    assert {p for p, _, _ in samplers} == {"sampler_b1", "sampler_b32"} and len(samplers) == 8
-    assert samplers[0][2] == "upstream" and samplers[4][2] == "ours"  # round 2 starts with ours
+    assert {p for p, _, _ in samplers} == {"sampler_b1", "sampler_b8", "sampler_b32", "sampler_b128"}
+    assert len(samplers) == 16 and samplers[0][2] == "upstream" and samplers[8][2] == "ours"  # round 2: ours first
 
 
 def test_both_sides_get_the_same_flags(tc):
