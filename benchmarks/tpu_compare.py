@@ -55,8 +55,8 @@ TINY = ["--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "2", "--num-k
         "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32"]
 # first guesses of a job's seconds on the TPU before one has run (cold compiles; TPU.md's loans); later: measured
 COLD_S = {"grpo": 150, "sft": 90, "trace": 150, "decode_plain": 60, "decode_lora8": 60, "sampler_b1": 80,
-          "sampler_b8": 80, "sampler_b32": 80, "sampler_b128": 110, "grpo_whole": 130, "grpo_once": 150, "grpo_whole_l28": 250, "grpo_l28": 300,
-          "sft_l28": 150, "grpo_full_l28": 300}
+          "sampler_b8": 80, "sampler_b32": 80, "sampler_b128": 110, "grpo_whole": 130, "grpo_once": 150,
+          "grpo_whole_l28": 250, "grpo_l28": 300, "sft_l28": 150, "grpo_full_l28": 300}
 LAYERS28 = ("grpo_l28", "sft_l28", "grpo_full_l28")  # run only when named
 OURS_ONLY = ("trace", "decode_plain", "decode_lora8", "grpo_whole", "grpo_once", "grpo_whole_l28")  # no upstream row
 WARM_FACTOR = 0.8  # a repeat of a job finds its programs in the persistent compilation cache

@@ -28,7 +28,7 @@ def test_rounds_below_one_are_refused():
 
 
 def test_a_round_runs_the_base_checkout_then_the_working_tree_and_the_worktree_goes(monkeypatch, capsys):
-    # machine.py exists at HEAD and prints one JSON line with a number in it (the CPU count): a quick stand-in
+    # machine.py stands in for a benchmark (it exists at HEAD and prints one JSON line); the reader adds a figure
     monkeypatch.setitem(compare_revisions.WORK, "machine", ("machine.py", "cores", "higher"))
     monkeypatch.setattr(compare_revisions, "last_json",
                         lambda cmd, env: {**json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env,
