@@ -257,7 +257,8 @@ def apply_rope(x: jax.Array, positions: jax.Array, freqs: np.ndarray) -> jax.Arr
     """Rotate x [B, T, heads, H] by positions [B, T] (half-split pairs)."""
     angles = positions[..., None].astype(jnp.float32) * jnp.asarray(freqs, jnp.float32)  # [B, T, H/2]
     sin, cos = jnp.sin(angles), jnp.cos(angles)
-    if jax.default_backend() == "cpu":  # one [2, B, T, H/2] table, computed apart (see below)
+    if jax.default_backend() == "cpu":  # one [2, B, T, H/2] table kept out of the rotation's loop, which
+        # XLA:CPU would fuse it into and evaluate per head and half; a barrier alone is dropped
         table = jax.lax.optimization_barrier(jnp.stack([sin, cos]))
         sin, cos = table[0], table[1]
     sin, cos = sin[:, :, None, :], cos[:, :, None, :]
