@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from tpu_prepare_wheels import FROM_IMAGE_INDEX  # noqa: E402  (what comes from the image's own index, not carried)
+import limits  # noqa: E402  (each row's fraction of the chip's limit, counted by formula)
 SIDES = ("upstream", "ours")
 
 QWEN06 = ["--embed-dim", "1024", "--hidden-dim", "3072", "--num-heads", "16", "--num-kv-heads", "8",
@@ -252,6 +253,24 @@ RATIOS = {  # part -> (figure, name of the ratio); a time ratio < 1 and a rate r
 }
 
 
+def row_limits(kind: str, argv: list, side_entry: dict) -> dict | None:
+    """A side's fraction of the chip's limit for one part (benchmarks/limits.py), from its flags and medians."""
+    med = side_entry.get("median", {})
+    try:
+        if kind == "sft":
+            return limits.sft_limits(argv, med.get("median_step_s"), med.get("pipelined_s_per_step"))
+        if kind == "grpo":
+            return limits.grpo_limits(argv, side_entry.get("phases_last_round"), med.get("median_step_s"))
+        if kind == "sampler" and med.get("tokens_per_s"):
+            s = limits.shape_of(argv)
+            nbytes = limits.decode_bytes(s, s["batch"], s["prompt_len"], s["gen_len"])
+            seconds = s["gen_len"] * s["batch"] / med["tokens_per_s"]  # the figure's own time for gen_len tokens a row
+            return dict(decode_gb=round(nbytes / 1e9, 3), roofline_fraction=limits.roofline_fraction(nbytes, seconds))
+    except (TypeError, ValueError):  # a record whose argv lacks a model flag (an older row): no figure
+        return None
+    return None
+
+
 def summarize(rows: list, extra: dict) -> dict:
     """Medians per part and side over the rounds that finished, and the ratios ours / upstream."""
     latest = {}
@@ -288,6 +307,7 @@ def summarize(rows: list, extra: dict) -> dict:
                     entry[side]["device_memory"] = res.get("device_memory")
                 if part.startswith("sampler") and side == "ours" and res.get("roofline"):
                     entry[side]["roofline"] = res["roofline"]
+                entry[side]["limits"] = row_limits(kind, good[-1].get("argv", []), entry[side])
         for fig_key, name in RATIOS[kind]:
             a, b = entry["ours"]["median"].get(fig_key), entry["upstream"]["median"].get(fig_key)
             entry[name] = round(a / b, 3) if a and b else None
