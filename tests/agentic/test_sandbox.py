@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from tunix_lit.agentic import tools as T
+from tunix_lit.agentic import sandbox as T
 
 CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
@@ -20,15 +20,14 @@ LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb
 SECRET = "hf_tunix_lit_SECRET_TOKEN"
 MARKER = "tunix-lit-caller-marker"
 
-# The caller: runs as the identity under test, loads tools.py from a copy (numpy, which tools.py needs only
-# for trajectories, is stubbed where that Python lacks it), sets up the victims and runs every probe.
+# The caller: runs as the identity under test, loads sandbox.py from a copy (its one import of the package,
+# chapter 50's ToolTimeout, is stubbed), sets up the victims and runs every probe.
 CALLER = r'''
 import importlib.util, json, os, socket, subprocess, sys, types
-try:
-    import numpy
-except ImportError:
-    sys.modules["numpy"] = types.SimpleNamespace(ndarray=object)
-spec = importlib.util.spec_from_file_location("tools_copy", sys.argv[1])
+for name in ("tunix_lit", "tunix_lit.agentic", "tunix_lit.agentic.tools"):  # the copy's one import of the package
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["tunix_lit.agentic.tools"].ToolTimeout = type("ToolTimeout", (Exception,), {})
+spec = importlib.util.spec_from_file_location("tunix_lit.agentic.sandbox", sys.argv[1])
 T = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(T)
 job = json.load(sys.stdin)
@@ -152,8 +151,8 @@ def _make_lab(owner: int) -> dict:
     lab["secret"] = os.path.join(lab["home"], ".hf_token")
     with open(lab["secret"], "w") as f:
         f.write(SECRET)
-    shutil.copy(T.__file__, os.path.join(lab["pkg"], "tools.py"))
-    lab["tools"] = os.path.join(lab["pkg"], "tools.py")
+    shutil.copy(T.__file__, os.path.join(lab["pkg"], "sandbox.py"))
+    lab["tools"] = os.path.join(lab["pkg"], "sandbox.py")
     for p in (root, lab["home"], lab["ckpt"], lab["pkg"]):
         os.chmod(p, 0o777)
     for p in (lab["secret"], lab["tools"]):
@@ -327,8 +326,10 @@ def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path, monkeypatch)
 
 HOME_CALLER = r'''
 import importlib.util, json, sys, types
-sys.modules.setdefault("numpy", types.SimpleNamespace(ndarray=object))  # the system Python may lack it
-spec = importlib.util.spec_from_file_location("tools_copy", sys.argv[1])
+for name in ("tunix_lit", "tunix_lit.agentic", "tunix_lit.agentic.tools"):  # the copy's one import of the package
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["tunix_lit.agentic.tools"].ToolTimeout = type("ToolTimeout", (Exception,), {})
+spec = importlib.util.spec_from_file_location("tunix_lit.agentic.sandbox", sys.argv[1])
 T = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(T)
 home = sys.argv[2]
@@ -355,7 +356,7 @@ def test_an_interpreter_in_the_users_home_shows_itself_and_nothing_else_of_the_h
         shutil.copy(system, python)  # finds its standard library under /usr, as it was built to
         with open(os.path.join(home, ".hf_token"), "w") as f:
             f.write(SECRET)
-        tools = os.path.join(home, "tools.py")
+        tools = os.path.join(home, "sandbox.py")
         shutil.copy(T.__file__, tools)
         uid, kw = os.getuid(), {}
         if uid == 0:
