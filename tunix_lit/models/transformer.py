@@ -6,8 +6,9 @@
 __all__ = ['FAMILIES', 'ACTIVATIONS', 'PRESETS', 'LOGICAL_RULES', 'RopeScaling', 'ModelConfig', 'gemma3_layer_types',
            'logical_to_mesh', 'shard', 'RMSNorm', 'rope_frequencies', 'apply_rope', 'KVCache', 'make_attention_mask',
            'write_slots', 'Attention', 'MLP', 'Block', 'Transformer', 'head_product', 'plain_head_weight', 'lm_head',
-           'attend_then_append', 'concat_projections', 'state_shardings', 'create_model', 'make_mesh', 'mesh_of',
-           'tree_bytes', 'batch_sharding', 'put_batch', 'to_host', 'put_replicated']
+           'segment_positions', 'segment_mask', 'attend_then_append', 'concat_projections', 'state_shardings',
+           'create_model', 'make_mesh', 'mesh_of', 'tree_bytes', 'batch_sharding', 'put_batch', 'to_host',
+           'put_replicated']
 
 # %% ../../nbs/10_model.ipynb #b9de93e0
 import dataclasses
@@ -446,12 +447,19 @@ class Transformer(nnx.Module):
 # %% ../../nbs/10_model.ipynb #0597f700
 @patch
 def __call__(self: Transformer, tokens: jax.Array, positions: Optional[jax.Array] = None, cache: Optional[KVCache] = None,
-             attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False, fused=None):
+             attention_mask: Optional[jax.Array] = None, *, return_hidden: bool = False, fused=None,
+             segment_ids: Optional[jax.Array] = None):
     """Logits float32 [B, T, V] (or final hidden states [B, T, D] with return_hidden) and the updated cache."""
     cfg = self.config
     B, T = tokens.shape
     start = 0 if cache is None else cache.index
     S = T if cache is None else cache.size
+    if segment_ids is not None:  # packed rows (below): attention stays in a segment, positions restart in each
+        if cache is not None:
+            raise ValueError("segment_ids describe packed training rows; a cached decode holds one sequence a row")
+        positions = segment_positions(segment_ids) if positions is None else positions
+        if attention_mask is None or attention_mask.ndim == 2:
+            attention_mask = segment_mask(segment_ids, attention_mask)
     if positions is None:
         positions = jnp.broadcast_to(start + jnp.arange(T), (B, T))
     if attention_mask is None or attention_mask.ndim == 2:
@@ -540,6 +548,23 @@ def lm_head(head: nnx.Module, x: jax.Array, weight: Optional[jax.Array] = None) 
     if jax.default_backend() != "cpu":
         return x @ w.T if tied else x @ w
     return head_product(x, w, tied)
+
+# %% ../../nbs/10_model.ipynb #b2f3c4d5
+def segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """Positions int32 [B, T] restarting at 0 where each segment of a packed row begins (segment ids int [B, T])."""
+    seg = jnp.asarray(segment_ids)
+    slots = jnp.arange(seg.shape[-1])
+    begins = jnp.concatenate([jnp.ones_like(seg[:, :1], bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+    first = jax.lax.cummax(jnp.where(begins, slots, 0), axis=1)  # the slot where the current segment began
+    return (slots - first).astype(jnp.int32)
+
+
+def segment_mask(segment_ids: jax.Array, key_mask: Optional[jax.Array] = None) -> jax.Array:
+    """Causal ∧ same-segment ∧ non-padding mask bool [B, T, T] of packed rows (segment ids int [B, T], 0 = padding)."""
+    seg = jnp.asarray(segment_ids)
+    B, T = seg.shape
+    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0)
+    return make_attention_mask(key_mask, B, T, T) & same
 
 # %% ../../nbs/10_model.ipynb #b8d2e3f4
 def attend_then_append(q, k, v, cache_k, cache_v, mask, index, scale: float, softcap: Optional[float] = None):
