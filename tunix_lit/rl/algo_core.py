@@ -6,14 +6,17 @@
 __all__ = ['ADVANTAGE_ESTIMATORS', 'POLICY_LOSSES', 'register_advantage_estimator', 'get_advantage_estimator',
            'register_policy_loss', 'get_policy_loss', 'grpo_advantages', 'drgrpo_advantages', 'rloo_advantages',
            'informative_groups', 'overlong_penalty', 'masked_whiten', 'gae_advantages', 'sequence_rewards_to_tokens',
-           'clipped_surrogate', 'grpo_loss', 'gspo_token_loss', 'ppo_policy_loss', 'ppo_value_loss']
+           'reinforce_pp_baseline_advantages', 'clipped_surrogate', 'grpo_loss', 'gspo_token_loss', 'ppo_policy_loss',
+           'cispo_loss', 'rollout_is_weights', 'ppo_value_loss']
 
 # %% ../../nbs/30_algo_core.ipynb #105c7b9b
 # Follows upstream Tunix's rl/algo_core.py and grpo/ppo loss functions in their formulas (group
 # z-score with ddof=1 and +1e-6, RLOO, Dr.GRPO, GAE + whitening, clipped surrogate with separate
 # low/high epsilon, dual clip, GSPO-token ratio). Differs on purpose: non-finite rewards are excluded
 # and counted instead of poisoning a group, equal-reward groups give exact zeros, the default KL
-# estimator is k3, DAPO's overlong penalty counts tokens. Leaves out: sequence packing.
+# estimator is k3, DAPO's overlong penalty counts tokens. Adds what came after 0.1.7: rollout
+# correction (importance weights engine -> trainer), CISPO, REINFORCE++ with baseline. Leaves out:
+# sequence packing.
 from typing import Callable, Optional
 
 import jax
@@ -148,6 +151,20 @@ def sequence_rewards_to_tokens(scores: jax.Array, mask: jax.Array, kl: Optional[
     out = jnp.where(last, jnp.asarray(scores, jnp.float32)[:, None], 0.0)
     return out - beta * kl * m if kl is not None else out
 
+# %% ../../nbs/30_algo_core.ipynb #5fbfa0f7
+@register_advantage_estimator("reinforce_pp", aliases=("reinforce_plus_plus_baseline",))
+def reinforce_pp_baseline_advantages(rewards: jax.Array, num_generations: int, mask: jax.Array) -> jax.Array:
+    """REINFORCE++-baseline: r − group mean on each trained token, whitened over all of them: float32 [N, T]."""
+    m = jnp.asarray(mask)
+    if m.ndim != 2 or m.shape[0] != np.shape(rewards)[0]:
+        raise ValueError(f"mask must be [N, T] with N = {np.shape(rewards)[0]} rewards, got shape {m.shape}")
+    dev, valid, n, bad = _grouped(rewards, num_generations)
+    rows = valid.reshape(-1)[:, None] & (m > 0)  # a non-finite reward's row has no advantage and no vote
+    return masked_whiten(jnp.broadcast_to(dev.reshape(-1)[:, None], m.shape), rows)
+
+
+reinforce_pp_baseline_advantages.per_token = True  # takes the mask, returns [N, T] (chapter 32 reads this)
+
 # %% ../../nbs/30_algo_core.ipynb #3fa632af
 def clipped_surrogate(log_ratio: jax.Array, advantages: jax.Array, *, epsilon: float = 0.2,
                       epsilon_high: Optional[float] = None, epsilon_c: Optional[float] = None):
@@ -187,7 +204,7 @@ def _check_policy_args(logps, old_logps, advantages, mask, ref_logps, beta, epsi
 
 # %% ../../nbs/30_algo_core.ipynb #6ecbf51a
 def _policy_loss(logps, old_logps, advantages, mask, *, sequence_ratio, epsilon, epsilon_high, epsilon_c, ref_logps,
-                 beta, kl_estimator, kl_clamp, entropy, entropy_coef, loss_agg_mode, norm, token_weights):
+                 beta, kl_estimator, kl_clamp, entropy, entropy_coef, loss_agg_mode, norm, token_weights, surrogate="clip"):
     _check_policy_args(logps, old_logps, advantages, mask, ref_logps, beta, epsilon, epsilon_high, epsilon_c)
     common.LOSS_AGG_MODES.get(loss_agg_mode)
     logps = common.upcast_float(logps)
@@ -201,8 +218,11 @@ def _policy_loss(logps, old_logps, advantages, mask, *, sequence_ratio, epsilon,
         seq = (log_ratio * m).sum(-1, keepdims=True) / jnp.maximum(m.sum(-1, keepdims=True), 1.0)
         log_ratio = logps - jax.lax.stop_gradient(logps) + jax.lax.stop_gradient(seq)
     log_ratio = jnp.clip(log_ratio, -20.0, 20.0)
-    per_token, is_clipped = clipped_surrogate(log_ratio, adv, epsilon=epsilon, epsilon_high=epsilon_high,
-                                              epsilon_c=epsilon_c)
+    if surrogate == "cispo":  # CISPO (below): the capped ratio is a detached weight on −A·log π
+        per_token, is_clipped = _cispo_surrogate(log_ratio, logps, adv, epsilon=epsilon, epsilon_high=epsilon_high)
+    else:
+        per_token, is_clipped = clipped_surrogate(log_ratio, adv, epsilon=epsilon, epsilon_high=epsilon_high,
+                                                  epsilon_c=epsilon_c)
     if token_weights is not None:
         per_token = per_token * jax.lax.stop_gradient(token_weights)
     metrics["pg_loss"] = common.aggregate_loss(per_token, m, loss_agg_mode, norm=norm)
@@ -262,6 +282,49 @@ def ppo_policy_loss(logps: jax.Array, old_logps: Optional[jax.Array], advantages
                         epsilon_high=epsilon_high, epsilon_c=epsilon_c, ref_logps=ref_logps, beta=beta,
                         kl_estimator=kl_estimator, kl_clamp=kl_clamp, entropy=entropy, entropy_coef=entropy_coef,
                         loss_agg_mode=loss_agg_mode, norm=norm, token_weights=token_weights)
+
+# %% ../../nbs/30_algo_core.ipynb #d3962248
+def _cispo_surrogate(log_ratio, logps, advantages, *, epsilon, epsilon_high):
+    """CISPO per token: −sg(min(ρ, 1 + ε_high))·A·log π, and where the weight was capped."""
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    ratio = jnp.exp(log_ratio)
+    weight = jax.lax.stop_gradient(jnp.minimum(ratio, 1.0 + eps_high))
+    return -weight * advantages * logps, ratio > 1.0 + eps_high
+
+
+@register_policy_loss("cispo")
+def cispo_loss(logps: jax.Array, old_logps: Optional[jax.Array], advantages: jax.Array, mask: jax.Array, *,
+               epsilon: float = 0.2, epsilon_high: Optional[float] = None, epsilon_c: Optional[float] = None,
+               ref_logps: Optional[jax.Array] = None, beta: float = 0.0, kl_estimator: str = "k3",
+               kl_clamp: Optional[float] = None, entropy: Optional[jax.Array] = None, entropy_coef: float = 0.0,
+               loss_agg_mode: str = "token-mean", norm: Optional[float] = None,
+               token_weights: Optional[jax.Array] = None):
+    """CISPO: −sg(min(ρ, 1 + ε_high))·A·log π per token; same arguments and outputs as grpo_loss (ε_c unused)."""
+    return _policy_loss(logps, old_logps, advantages, mask, sequence_ratio=False, epsilon=epsilon,
+                        epsilon_high=epsilon_high, epsilon_c=None, ref_logps=ref_logps, beta=beta,
+                        kl_estimator=kl_estimator, kl_clamp=kl_clamp, entropy=entropy, entropy_coef=entropy_coef,
+                        loss_agg_mode=loss_agg_mode, norm=norm, token_weights=token_weights, surrogate="cispo")
+
+# %% ../../nbs/30_algo_core.ipynb #a88cc089
+def rollout_is_weights(old_logps: jax.Array, rollout_logps: jax.Array, mask: jax.Array, *, level: str = "token",
+                       mode: str = "truncate", cap: float = 2.0) -> jax.Array:
+    """Stop-gradient IS weights exp(old − rollout) from the engine to the trainer, per token or per row, truncated or masked at cap: float32 [B, T], 0 off the mask."""
+    if level not in ("token", "sequence"):
+        raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+    if mode not in ("truncate", "mask"):
+        raise ValueError(f"mode must be 'truncate' or 'mask', got {mode!r}")
+    if not (isinstance(cap, (int, float)) and cap > 0):
+        raise ValueError(f"cap must be a positive number, got {cap!r}")
+    if not np.shape(old_logps) == np.shape(rollout_logps) == np.shape(mask) or len(np.shape(mask)) != 2:
+        raise ValueError(f"old_logps, rollout_logps and mask must share [B, T]; got {np.shape(old_logps)}, "
+                         f"{np.shape(rollout_logps)}, {np.shape(mask)}")
+    m = jnp.asarray(mask) > 0
+    d = jnp.where(m, common.upcast_float(old_logps) - common.upcast_float(rollout_logps), 0.0)  # NaN off the mask: gone
+    if level == "sequence":
+        d = jnp.broadcast_to(d.sum(-1, keepdims=True), d.shape)
+    rho = jnp.exp(d)  # float32: overflows to inf, which both modes handle (cap, or dropped)
+    w = jnp.minimum(rho, cap) if mode == "truncate" else jnp.where(rho <= cap, rho, 0.0)
+    return jax.lax.stop_gradient(jnp.where(m, w, 0.0))
 
 # %% ../../nbs/30_algo_core.ipynb #60faf9ee
 def ppo_value_loss(values: jax.Array, old_values: jax.Array, returns: jax.Array, mask: jax.Array, *,
