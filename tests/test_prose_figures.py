@@ -128,9 +128,6 @@ def test_a_before_after_pair_typed_outside_a_marker_is_found(tmp_path):
 # Prose files still holding typed before -> after results, with how many. New prose must mark its
 # figures (or, in a notebook, render them from the cell's values), so a count may only fall.
 UNMARKED_CLAIMS_LEFT = {
-    # the benchmark log: each session's measured figures are first written there, transcribed from the scripts'
-    # JSON (its markers are checked like every other file's; new sections mark what they quote from records)
-    "benchmarks/README.md": 44,
     "nbs/13b_tiny_world.ipynb": 1,
     "nbs/15_sampler.ipynb": 1,
 }
