@@ -250,8 +250,10 @@ def make_experience(self: AgenticGRPOLearner, rows, step, chunk):
     batch = trajectory_batch(trajs, np.asarray(adv), prompt_length=self.agentic.prompt_length,
                              response_length=self.collector.config.max_response_tokens,
                              pad_id=self.cluster.tokenizer.pad_id, filter_overlong=self.agentic.filter_overlong)
-    if k == 0 and not self.needs_old_logps:
-        batch.pop("old_logps")  # every update on-policy: the loss uses the current log-probs, stopped
+    if k == 0 and not self.needs_old_logps:  # every update on-policy: the loss uses the current log-probs, stopped
+        sampled = batch.pop("old_logps")
+        if self.gap_in_loss:  # the loss compares them with its own forward: the sampler-trainer gap, for free
+            batch["sampler_logps"] = sampled
     report = agent_report(trajs)
     metrics = {"rewards/mean": float(rewards.mean()), "rewards/max": float(rewards.max()),
                "rewards/min": float(rewards.min()), "episodes/call_rate": report["call_rate"],
@@ -336,17 +338,20 @@ def calculator_config(config: Optional[dict] = None) -> dict:
     return out
 
 # %% ../../nbs/53_agentic_learner.ipynb #2ed58bce
-def calculator_setup(cfg: dict, progress_bar: bool):
-    """(learner, held-out sets, train task stream) of a resolved calculator config."""
+def calculator_setup(cfg: dict, progress_bar: bool, model=None):
+    """(learner, held-out sets, train task stream) of a resolved calculator config; `model`: a (model, tokenizer) in its place."""
     import optax
     from tunix_lit.models import tiny
     from tunix_lit.rl.cluster import RLCluster, RolloutConfig
 
     run_dir = Path(cfg["run_dir"])
-    model, tok = load_calculator() if cfg["model"] == "agentic_calc" else tiny.load(path=cfg["model"])
+    if model is None:
+        model, tok = load_calculator() if cfg["model"] == "agentic_calc" else tiny.load(path=cfg["model"])
+    else:
+        model, tok = model
     stops = (tok.eos_id, tok.encode("\n", add_special_tokens=False)[0])  # an answer ends at <eos>, a call at \n
     ro = cfg["rollout"]
-    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(**ro, stop_tokens=stops, measure_logp_gap=False))
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(**ro, stop_tokens=stops))
     ep = cfg["episode"]
     agentic_cfg = AgenticConfig(**cfg["agentic"], episode=EpisodeConfig(
         max_new_tokens=ro["max_new_tokens"], max_response_tokens=ep["max_response_tokens"],
