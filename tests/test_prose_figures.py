@@ -10,6 +10,7 @@ Nothing is executed: notebooks are read as stored (seconds for the whole book).
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,43 @@ def test_no_new_typed_before_after_results(path):
     allowed = UNMARKED_CLAIMS_LEFT.get(path.relative_to(ROOT).as_posix(), 0)
     assert len(found) <= allowed, ("typed before -> after figures; mark them (figures.yaml) or render them from "
                                    "the cell's values:\n" + "\n".join(found))
+
+
+# --- one run, one set of figures: the main job (`tunix-lit train recipes/grpo_tiny.yaml`) has one record,
+# recipes/results/grpo_tiny.json, and every place that quotes its result quotes that record through the
+# run.grpo_tiny.* markers. A place that quotes the main job is registered here; its markers are checked above.
+MAIN_JOB_RECORD = "recipes/results/grpo_tiny.json"
+MAIN_JOB_QUOTED_IN = {
+    "README.md": {"run.grpo_tiny.before", "run.grpo_tiny.after", "run.grpo_tiny.steps", "run.grpo_tiny.train_s"},
+    "CONTRIBUTING.md": {"run.grpo_tiny.after"},
+    "chapters/32_grpo_learner.md": {"run.grpo_tiny.before", "run.grpo_tiny.after"},
+    "chapters/40_rollout_backends.md": {"run.grpo_tiny.before", "run.grpo_tiny.after"},
+    "nbs/00_run_it_first.ipynb": {"run.grpo_tiny.before", "run.grpo_tiny.after", "run.grpo_tiny.train_s"},
+    "nbs/32_grpo.ipynb": {"run.grpo_tiny.before", "run.grpo_tiny.after"},
+    "nbs/72_recipes.ipynb": {"run.grpo_tiny.before", "run.grpo_tiny.after", "run.grpo_tiny.train_s"},
+}
+
+
+def _markers(path: Path) -> set:
+    return {m.group(1) for _, text in figures.prose_blocks(path) for m in figures.MARKER.finditer(text)}
+
+
+def test_the_main_job_is_quoted_from_its_one_record():
+    registry = figures.load_registry(ROOT)
+    main = {n: e for n, e in registry.items() if n.startswith("run.grpo_tiny.")}
+    assert {"run.grpo_tiny.before", "run.grpo_tiny.after", "run.grpo_tiny.train_s"} <= set(main)
+    assert all(e["source"] == MAIN_JOB_RECORD for e in main.values()), "every run.grpo_tiny.* figure reads the record"
+    quoting = {p.relative_to(ROOT).as_posix() for p in FILES if _markers(p) & set(main)}
+    assert quoting <= set(MAIN_JOB_QUOTED_IN), f"a new place quotes the main job; register it: {quoting - set(MAIN_JOB_QUOTED_IN)}"
+
+
+@pytest.mark.parametrize("place", sorted(MAIN_JOB_QUOTED_IN))
+def test_each_place_that_quotes_the_main_job_reads_the_record(place):
+    path = ROOT / place
+    missing = MAIN_JOB_QUOTED_IN[place] - _markers(path)
+    assert not missing, f"{place} quotes the main job without the record's markers {sorted(missing)}"
+    # and its held-out accuracy is never typed beside them: outside a marker, the record's figure does not appear
+    after = figures.render(figures.load_registry(ROOT)["run.grpo_tiny.after"], "run.grpo_tiny.after", ROOT)
+    for where, text in figures.prose_blocks(path):
+        plain = figures.MARKER.sub("", text)
+        assert not re.search(rf"(?<![\d.]){re.escape(after)}\s?%", plain), f"{where}: the main job's {after} % typed"
