@@ -52,14 +52,21 @@ def _offline_prefix() -> list:
 
 
 @pytest.fixture(scope="module")
-def site():
-    """The built site (build_site's summary), built with the network cut off where the host allows it."""
+def site(tmp_path_factory):
+    """The built site (build_site's summary), built with the network cut off where the host allows it.
+
+    It is built into a folder of its own (`--out`), not the repository's shared `_site/` and `_site_build/`:
+    a second build (a developer's `python tools/build_site.py`, another test run in the same checkout) cleans
+    and rewrites those folders, and a build that lists its pages while another one is rewriting them finds some
+    missing (the parallel run's "nbs/33_ppo.ipynb has no page")."""
     prefix = _offline_prefix()
-    out = subprocess.run([*prefix, sys.executable, str(ROOT / "tools" / "build_site.py"), "--json"],
+    out_dir = tmp_path_factory.mktemp("site")
+    out = subprocess.run([*prefix, sys.executable, str(ROOT / "tools" / "build_site.py"), "--json", "--out", str(out_dir)],
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-4000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     summary["offline"] = bool(prefix)
+    assert Path(summary["site"]).resolve() == (out_dir / "site").resolve(), summary["site"]
     print(f"site built in {summary['seconds']} s, {'without network' if prefix else 'network not cut (no unshare here)'}")
     return summary
 
@@ -189,7 +196,7 @@ def _notebook_has_math(staged_nb: Path) -> bool:
 
 def test_every_page_in_a_browser(site, server, browser):
     checked, problems, link_status = 0, [], {}
-    stage = build_site.STAGE
+    stage = Path(site["stage"])
     for page in site["pages"]:
         url = urllib.parse.urljoin(server, page)
         browser.get_log("browser")  # drop what earlier pages left
@@ -257,3 +264,18 @@ def test_notebook_pages_hide_what_nbdev_hides(tmp_path, monkeypatch):
     assert staged[3]["source"] == "def f():\n    return 1"  # directive lines are not shown
     assert "(20_rl_common.html)" in staged[1]["source"]  # notebook links point at the built page
     assert staged[7]["source"] == "![d](images/10_model.svg)"  # a raw URL of one of our figures: the local copy
+
+
+def test_staging_writes_exactly_the_pages_it_was_given(tmp_path, monkeypatch):
+    # the build lists the repository's pages once and stages that listing; the summary reports the same listing,
+    # so a chapter that appears (or is rewritten) while the site builds cannot be counted without being staged
+    monkeypatch.setattr(build_site, "STAGE", tmp_path / "docs")
+    pages = {k: v for k, v in build_site._pages().items()
+             if k in ("README.md", "chapters/README.md", "chapters/21_rl_cluster.md", "nbs/20_rl_common.ipynb")}
+    assert len(pages) == 4
+    nav, _ = build_site.stage(pages)
+    staged = sorted(p.relative_to(tmp_path / "docs").as_posix() for p in (tmp_path / "docs").rglob("*")
+                    if p.suffix in (".md", ".ipynb") and not {"images", "site_assets"} & set(p.parts))
+    assert staged == sorted(pages.values())
+    listed = [next(iter(i.values())) for e in nav for v in e.values() for i in (v if isinstance(v, list) else [{0: v}])]
+    assert set(listed) == set(pages.values())

@@ -20,6 +20,11 @@ What it does, in order:
    phase without editing anything.
 4. Runs MkDocs (`mkdocs.yml` at the repository root: material theme without web fonts,
    mkdocs-jupyter with `execute: false`) into `_site/`.
+
+`--out DIR` stages into `DIR/docs` and writes the site to `DIR/site` instead (the test builds into a
+fresh folder of its own, so no other build, and nothing else that touches `_site/`, can change the
+pages while it counts them). The pages of the repository are listed once, before staging, and that
+list is what the summary reports as `sources`.
 """
 
 import argparse
@@ -239,15 +244,15 @@ def build_nav(pages: dict) -> list:
     return nav + extras
 
 
-def stage() -> tuple:
-    """Write `_site_build/docs` from the repository; (the nav, the list of links to pages not written yet)."""
+def stage(pages: dict = None) -> tuple:
+    """Write `STAGE` from the repository's `pages` (default: those present now); (the nav, links to pages not written yet)."""
     global BRANCH_URL
     s = _settings()
     BRANCH_URL = f"{s.get('git_url', 'https://github.com/tunix-lit/tunix-from-the-inside').rstrip('/')}/blob/{s.get('branch', 'main')}"
     if STAGE.exists():
         shutil.rmtree(STAGE)
     STAGE.mkdir(parents=True)
-    pages, missing = _pages(), []
+    pages, missing = pages if pages is not None else _pages(), []
     rw = Rewriter(pages, missing)
     for folder in ("nbs/images", "chapters/images"):
         if (ROOT / folder).is_dir():
@@ -263,24 +268,35 @@ def stage() -> tuple:
     return build_nav(pages), missing
 
 
-def build(quiet: bool = True) -> dict:
-    """Stage and build the site into `_site/`; a summary (pages, seconds, links to pages not written yet)."""
+def build(quiet: bool = True, out: Path = None) -> dict:
+    """Stage and build the site into `_site/` (or `out/site`); a summary (pages, seconds, links to pages not written yet)."""
     import logging
 
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
 
+    global STAGE
     start = time.perf_counter()
-    nav, missing = stage()
-    sources = sorted(_pages())
+    overrides = {}
+    if out is not None:  # a build of its own: staging, site and conversion cache all inside `out`
+        out = Path(out).resolve()
+        STAGE = out / "docs"
+        overrides = {"docs_dir": str(STAGE), "site_dir": str(out / "site")}
+    pages = _pages()  # one listing: what is staged is what the summary calls the sources
+    nav, missing = stage(pages)
+    sources = sorted(pages)
     if quiet:
         logging.getLogger("mkdocs").setLevel(logging.WARNING)
-    config = load_config(config_file=str(ROOT / "mkdocs.yml"), nav=nav)
+    config = load_config(config_file=str(ROOT / "mkdocs.yml"), nav=nav, **overrides)
+    if out is not None:
+        for plugin in config["plugins"].values():
+            if hasattr(plugin, "config") and "cache_dir" in getattr(plugin, "config", {}):
+                plugin.config["cache_dir"] = str(out / "cache")
     mkdocs_build(config)
     site = Path(config["site_dir"])
     (site / "missing_links.txt").write_text("".join(f"{m}\n" for m in missing))
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if p.name != "404.html")
-    return {"site": str(site), "pages": pages, "sources": sources, "missing_links": missing, "nav": nav,
+    return {"site": str(site), "stage": str(STAGE), "pages": pages, "sources": sources, "missing_links": missing, "nav": nav,
             "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -289,8 +305,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show MkDocs' own log")
     parser.add_argument("--json", action="store_true", help="print the build summary as one JSON line (for tests)")
+    parser.add_argument("--out", type=Path, help="stage into OUT/docs and write the site to OUT/site (default: _site/)")
     args = parser.parse_args(argv)
-    summary = build(quiet=not args.verbose)
+    summary = build(quiet=not args.verbose, out=args.out)
     if args.json:
         print(json.dumps(summary))
         return 0
