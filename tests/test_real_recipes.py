@@ -83,3 +83,57 @@ def test_real_recipes_dry_run_on_a_tiny_checkpoint(name, tiny_gemma, tmp_path):
         assert "real_sums.py:reward" in text and "GRPOLearner" in text
     else:
         assert "nf4" in lora and "PeftTrainer" in text
+
+
+# ---- the seed record (tools/record_real_seeds.py): accuracy split into format and arithmetic --------------------
+
+def _seed_tool():
+    spec = importlib.util.spec_from_file_location("record_real_seeds", ROOT / "tools" / "record_real_seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_split_scores_by_hand():
+    completions = [" 17", "17\n", "Seventeen", "17 + 1", " 15", "x"]
+    got = _seed_tool().split_scores([{"completion": c, "answer": "17"} for c in completions])
+    # in format (one integer, whitespace aside): " 17", "17\n", " 15"; the grader's right: " 17", "17\n", "17 + 1"
+    assert got == pytest.approx({"accuracy": 3 / 6, "in_format": 3 / 6, "correct_in_format": 2 / 3,
+                                 "correct_outside_format": 1 / 6})
+    assert _seed_tool().split_scores([{"completion": "no", "answer": "1"}])["correct_in_format"] is None
+
+
+SEEDS = RECIPES / "results" / "real_seeds_cpu.json"
+
+
+@pytest.mark.skipif(not SEEDS.exists(), reason="no seed record yet (python tools/record_real_seeds.py)")
+def test_the_seed_record_agrees_with_its_runs_and_recipes():
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from record_runs import recipe_hashes
+
+    tool, record = _seed_tool(), json.loads(SEEDS.read_text())
+    assert record["recipes"]
+    for name, entry in record["recipes"].items():
+        assert entry["recipe_sha256"] == recipe_hashes(name), f"{name}: the recipe changed since its seeds ran"
+        held_file = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["data"]["heldout"]
+        held = _rows(Path(held_file).name)  # the recipe's own held-out file, in recipes/data/
+        seeds = [r["seed"] for r in entry["runs"]]
+        assert len(set(seeds)) == len(seeds)
+        for run in entry["runs"]:
+            for when in ("before", "after"):
+                texts = run["completions"][when]
+                assert len(texts) == len(held)
+                again = tool.split_scores([{"completion": c, "answer": r["answer"]} for c, r in zip(texts, held)])
+                assert again == pytest.approx(run[when])
+            # the completions the record kept are the ones the run's own grader scored
+            assert run["after"]["accuracy"] == pytest.approx(run["heldout_accuracy_after"])
+            assert run["before"]["accuracy"] == pytest.approx(run["heldout_accuracy_before"])
+        s = entry["summary"]
+        after = [r["after"]["accuracy"] for r in entry["runs"]]
+        assert s["after_accuracy"]["n"] == len(after)
+        assert s["after_accuracy"]["mean"] == pytest.approx(sum(after) / len(after))
+        assert (s["after_accuracy"]["min"], s["after_accuracy"]["max"]) == (min(after), max(after))
