@@ -118,6 +118,10 @@ def browser():
 def test_site_builds_with_every_chapter_and_phase(site):
     pages = set(site["pages"])
     assert "index.html" in pages and "chapters/index.html" in pages
+    # the home page is the README, the book's front page
+    readme_sections = [l[3:].strip() for l in (ROOT / "README.md").read_text().splitlines() if l.startswith("## ")]
+    home = (Path(site["site"]) / "index.html").read_text()
+    assert readme_sections and all(s.split("`")[0] in home for s in readme_sections[:3]), readme_sections[:3]
     sources = site["sources"]  # the chapters present when the site was built (others may be arriving)
     assert sum(s.startswith("nbs/") for s in sources) > 15 and sum(s.startswith("chapters/") for s in sources) > 5
     for src in sources:
