@@ -203,3 +203,18 @@ def test_notebook_is_colab_ready(nb, request):
     problems = colab_ready.check_notebook(json.loads(nb.read_text()))
     assert not problems, f"{nb.name} (python tools/colab_ready.py nbs/{nb.name} fixes the first two kinds):\n" + \
         "\n".join(problems)
+
+
+def test_make_ready_guards_the_export_cell_which_colab_then_skips(tmp_path):
+    """Colab runs the closing `nbdev_export()` cell too, without nbdev: make_ready wraps it so it does nothing there."""
+    bare = "#| hide\n#| eval: false\nfrom nbdev import nbdev_export\nnbdev_export()"
+    nb = _nb(*READY, ("code", bare))
+    assert "guarded the nbdev_export cell for Colab" in colab_ready.make_ready(nb, tmp_path / "99_demo.ipynb")
+    assert nb["cells"][-1]["source"] == colab_ready.EXPORT_CELL
+    assert colab_ready.make_ready(nb, tmp_path / "99_demo.ipynb") == []
+    code = ("import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')\n"
+            "sys.modules['nbdev'] = None  # importing it would fail\n" + colab_ready.EXPORT_CELL + "\nprint('skipped')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "skipped", out.stderr
+    off_colab = code.replace("sys.modules['google.colab'] = types.ModuleType('google.colab')\n", "")
+    assert subprocess.run([sys.executable, "-c", off_colab], capture_output=True, timeout=60).returncode != 0  # it ran

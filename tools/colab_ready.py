@@ -17,12 +17,15 @@ What it writes, idempotently (a second run changes nothing):
 3. **A note on TPUs** (a markdown cell starting `**On a TPU.**`) after the install cell, unless the
    notebook already has one: what the hidden set-up cells do there. A chapter that runs a model
    should rewrite it to name its own dtype, mesh and batch.
+4. **The closing `nbdev_export()` cell guarded**: Colab runs every cell, that one too, and has no
+   nbdev; the guarded cell does nothing there.
 
 What it reports and cannot fix (`check_notebook`, also what `tests/test_colab_ready.py` asserts):
 a missing or misplaced install cell, a `!`/`%` shell magic in it, a relative image path, a
 hard-coded device index or count (`jax.devices()[3]`, `devices[:4]`, `make_mesh(2, 4)`,
-`.reshape(2, 4)` of a device list), and a notebook that loads a model without a `MODEL` setting at
-the top that a load call reads.
+`.reshape(2, 4)` of a device list), a notebook that loads a model without a `MODEL` setting at
+the top that a load call reads, and a package a notebook imports (or needs for a model or engine it
+names) that neither the package's own requirements nor the install cell's extras bring (`--extra`).
 
 Why the hidden set-up cells stay as they are: `XLA_FLAGS=--xla_force_host_platform_device_count=8`
 only shapes JAX's *CPU* backend, so on a TPU runtime `jax.devices()` is still the TPU chips; and
@@ -168,6 +171,10 @@ def rewrite_images(text: str, nb_path: Path) -> str:
     return _IMAGE_HTML.sub(lambda m: m.group(1) + absolute_image_url(m.group(2), nb_path) + m.group(3), text)
 
 
+EXPORT_CELL = '#| hide\n#| eval: false\nif "google.colab" not in sys.modules:  # the book\'s build step: on Colab there is no source tree to export from\n    from nbdev import nbdev_export\n\n    nbdev_export()'  # the closing nbdev_export cell, harmless when Colab runs every cell
+_BARE_EXPORT = re.compile(r"^#\s*\|\s*hide\s*\n#\s*\|\s*eval:\s*false\s*\nfrom nbdev import nbdev_export\s*\nnbdev_export\(\)\s*$")
+
+
 def make_ready(nb: dict, nb_path: Path, extra: tuple = ()) -> list:
     """Fix `nb` in place (install cell, image links, TPU note); a list of what was changed."""
     cells, changes = nb["cells"], []
@@ -195,6 +202,9 @@ def make_ready(nb: dict, nb_path: Path, extra: tuple = ()) -> list:
         cells.insert(install_at + 1, _markdown_cell(tpu_note_source()))
         changes.append("added the TPU note (generic: name the chapter's dtype, mesh and batch)")
     for cell in cells:
+        if cell["cell_type"] == "code" and _BARE_EXPORT.match(_source(cell)):
+            _set_source(cell, EXPORT_CELL)  # Colab runs it too, and has no nbdev
+            changes.append("guarded the nbdev_export cell for Colab")
         if cell["cell_type"] == "markdown":
             new = rewrite_images(_source(cell), nb_path)
             if new != _source(cell):
