@@ -5,10 +5,12 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -16,17 +18,19 @@ from tunix_lit.agentic import sandbox as T
 
 CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
-LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=512, file_mb=8, disk_mb=16, processes=16, output_chars=10**6)
+LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=1024, file_mb=8, disk_mb=16, processes=16, output_chars=10**6)
+TAG = "tl-survivor"  # the name (PR_SET_NAME) every process of an escaping program takes
 SECRET = "hf_tunix_lit_SECRET_TOKEN"
 MARKER = "tunix-lit-caller-marker"
 
 # The caller: runs as the identity under test, loads sandbox.py from a copy (its one import of the package,
 # chapter 50's ToolTimeout, is stubbed), sets up the victims and runs every probe.
 CALLER = r'''
-import importlib.util, json, os, socket, subprocess, sys, types
+import importlib.util, json, os, socket, subprocess, sys, time, types
 for name in ("tunix_lit", "tunix_lit.agentic", "tunix_lit.agentic.tools"):  # the copy's one import of the package
     sys.modules[name] = types.ModuleType(name)
 sys.modules["tunix_lit.agentic.tools"].ToolTimeout = type("ToolTimeout", (Exception,), {})
+sys.modules["tunix_lit.agentic.tools"].clean_text = str
 spec = importlib.util.spec_from_file_location("tunix_lit.agentic.sandbox", sys.argv[1])
 T = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(T)
@@ -42,7 +46,7 @@ ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(platform.mac
 libc = ctypes.CDLL(None, use_errno=True)  # a secret in the caller's session keyring, which children inherit
 key = libc.syscall(ADD_KEY, b"user", b"tunix_lit_probe", job["secret_text"].encode(), len(job["secret_text"]),
                    ctypes.c_int(-3)) if ADD_KEY else -1
-values = {"@KEYCTL@": str(KEYCTL), "@VICTIM@": str(victim.pid), "@CALLER@": str(os.getpid()), "@PORT@": str(server.getsockname()[1])}
+values = {"@PTRACE@": str(job["ptrace"]), "@VMREAD@": str(job["vmread"]), "@KEYCTL@": str(KEYCTL), "@VICTIM@": str(victim.pid), "@CALLER@": str(os.getpid()), "@PORT@": str(server.getsockname()[1])}
 limits = T.SandboxLimits(**job["limits"])
 as_sandbox = dict(user=65534, group=65534, extra_groups=[]) if os.getuid() == 0 else {}  # who runs the code
 control = subprocess.run(["cat", job["secret"]], capture_output=True, text=True, **as_sandbox).stdout
@@ -52,6 +56,23 @@ for name, code in job["probes"].items():
         code = code.replace(k, v)
     r = T.run_code(code, limits, backend=job["backend"])
     out["probes"][name] = {"stdout": r.stdout, "stderr": r.stderr, "returncode": r.returncode, "timed_out": r.timed_out}
+def tagged():
+    found = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found += [int(p)] if open("/proc/%s/comm" % p).read().strip() == job["tag"] else []
+        except OSError:
+            pass
+    return found
+out["survivors"] = {}
+for way in ("every kill", "only PID 1's kill"):
+    if way != "every kill":
+        T._kill_group = lambda pid: None  # the gate's group is left alone: PID 1's kill must do it all
+    r = T.run_code(job["escape"], T.SandboxLimits(timeout_s=1), backend=job["backend"])
+    at_return = tagged()
+    time.sleep(0.5)
+    out["survivors"][way] = {"printed": r.stdout, "status": r.status, "at_return": at_return, "after": tagged()}
+out["memory_mechanism"] = r.memory
 server.settimeout(0.3)
 try:
     server.accept()
@@ -63,6 +84,50 @@ victim.kill()
 out["alive_after"] = T.run_code("print('alive')", limits, backend=job["backend"]).stdout
 print(json.dumps(out))
 '''
+# Leaves its session and process group three times over, names every process TAG, and sleeps past any clock.
+ESCAPE = ("import ctypes, os, time\nlibc = ctypes.CDLL(None)\nfor _ in range(3):\n    if os.fork() == 0:\n"
+          "        os.setsid()\n        if os.fork() == 0:\n            libc.prctl(15, b'" + TAG + "', 0, 0, 0)\n"
+          "            time.sleep(60)\n        os._exit(0)\nlibc.prctl(15, b'" + TAG + "', 0, 0, 0)\n"
+          "print('running', flush=True)\ntime.sleep(60)")
+
+# Holds all the memory it can at once: every tmpfs filled, a 1 GiB memfd, children allocating until they cannot.
+HOLD = r"""
+import os, time
+def fill(path):
+    n = 0
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"x" * 2**20); f.flush(); n += 1
+    except OSError:
+        return n
+held = sum(fill("%s/fill%d" % (d, i)) for d in ("/tmp", "/dev/shm", os.path.expanduser("~")) for i in range(3))
+try:
+    fd = os.memfd_create("hold"); os.posix_fallocate(fd, 0, 1 << 30); held += 1024; memfd = "held"
+except OSError as e:
+    memfd = type(e).__name__
+r, w = os.pipe()
+for _ in range(64):
+    try:
+        if os.fork() == 0:
+            chunks = []
+            try:
+                while True:
+                    chunks.append(bytearray(4 << 20))
+            except MemoryError:
+                os.write(w, b"%d " % (4 * len(chunks))); time.sleep(30)
+    except OSError:
+        break
+time.sleep(1.0)
+os.close(w)
+print(held + sum(int(x) for x in os.read(r, 1 << 16).split()), memfd)
+"""
+
+# Each denied syscall, called with arguments that would do nothing harmful if the filter let it through.
+SECCOMP = ("import ctypes, json, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\nnr = json.loads(%r)\nout = {}\n"
+           "for name, n in nr.items():\n    ctypes.set_errno(0)\n    r = libc.syscall(n, 0, 0, 0, 0, 0, 0)\n"
+           "    out[name] = (r, ctypes.get_errno())\nprint(json.dumps(out))")
+
 
 TRY = "def attempt(f):\n    try:\n        return f()\n    except BaseException as e:\n        return type(e).__name__\n"
 
@@ -94,9 +159,9 @@ def probes(lab: dict) -> dict:
                      "    count = len([p for p in os.listdir('/proc') if p.isdigit()])\n"
                      "    try:\n        os.fork() or os._exit(0)\n    except OSError:\n        failed += 1\n"
                      "    print(count, failed)",
-        "memory": TRY + "print(attempt(lambda: len(bytearray(100 * 2**20))))\n"
+        "memory": TRY + "print(attempt(lambda: len(bytearray(16 * 2**20))))\n"
                         "print(attempt(lambda: len(bytearray(10 * 2**30))))",
-        "disk": "import os\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (64 << 20))\nexcept OSError as e:\n    print('big', e)\n"
+        "disk": "import os\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (12 << 20))\nexcept OSError as e:\n    print('big', e)\n"
                 "os.remove('/tmp/big')\ndef fill(d):\n    n = 0\n    try:\n        while True:\n"
                 "            with open(os.path.join(d, f'fill{n}'), 'wb') as f:\n                f.write(b'x' * 2**20)\n"
                 "            n += 1\n    except OSError as e:\n        return n, type(e).__name__\n"
@@ -107,6 +172,21 @@ def probes(lab: dict) -> dict:
                    "print(open('/proc/keys').read())",
         "nested_namespace": TRY + "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                                   "print(libc.unshare(0x10000000), libc.unshare(0x00020000))",  # CLONE_NEWUSER, CLONE_NEWNS
+        "ptrace_pid1": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                       "print(libc.syscall(@PTRACE@, 0x4206, 1, 0, 0), ctypes.get_errno())\n"  # PTRACE_SEIZE PID 1
+                       "buf = ctypes.create_string_buffer(8)\n"
+                       "iov = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)\n"
+                       "print(libc.syscall(@VMREAD@, 1, iov, 1, iov, 1, 0), ctypes.get_errno())",  # process_vm_readv
+        "seccomp": SECCOMP % json.dumps({n: T._SYSCALLS[os.uname().machine][n] for n in T.DENIED}),
+        "privileges": "import os\nprint([l.split()[1] for l in open('/proc/self/status') if l.split()[0] in "
+                      "('CapEff:', 'CapBnd:', 'CapPrm:', 'NoNewPrivs:', 'Seccomp:')])\n"
+                      "print([l.strip() for l in open('/proc/self/cgroup') if l.startswith('0::')])",
+        "masks": TRY + "import os, sys\n"
+                       "for p in ('/proc/key-users', '/proc/keys', '/proc/loadavg', '/proc/meminfo'):\n"
+                       "    print(p, repr(attempt(lambda: open(p).read())))\n"
+                       "print('etc', os.listdir('/usr/local/etc') if os.path.isdir('/usr/local/etc') else [])\n"
+                       "print('site', [p for p in sys.path if 'packages' in p and os.path.isdir(p) and os.listdir(p)])",
+        "hold": HOLD,
         "network": TRY + "import socket\n"
                          "print('host', attempt(lambda: socket.create_connection(('127.0.0.1', @PORT@), timeout=2)))\n"
                          "print('dns', attempt(lambda: socket.getaddrinfo('example.com', 80)))\n"
@@ -164,28 +244,32 @@ def _make_lab(owner: int) -> dict:
     return lab
 
 
+def _identity(identity: str) -> tuple:
+    """(command prefix, python, owner uid, Popen keywords) that run a caller as `identity` ("root" or "user")."""
+    me = os.getuid()
+    if identity == "root":
+        if me == 0:
+            return [], sys.executable, 0, {}
+        if subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+            return ["sudo", "-n"], sys.executable, me, {}
+        _unavailable("the root case needs root or password-less sudo")
+    if me == 0:
+        uid = _free_uid()
+        return [], _world_python(), uid, dict(user=uid, group=uid, extra_groups=[])
+    return [], sys.executable, me, {}
+
+
 def _run_caller(identity: str, backend: str) -> tuple:
     """Run CALLER as `identity` ("root" or "user") against `backend`; its report and the lab it attacked."""
     if T.sandbox_problem() is not None:
         _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
     if backend == "bubblewrap" and T.find_bwrap() is None:
         _unavailable("bubblewrap is not installed (.ci/run installs Debian's bubblewrap)")
-    me = os.getuid()
-    if identity == "root":
-        if me == 0:
-            prefix, python, owner, kw = [], sys.executable, 0, {}
-        elif subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
-            prefix, python, owner, kw = ["sudo", "-n"], sys.executable, me, {}
-        else:
-            _unavailable("the root case needs root or password-less sudo")
-    else:
-        if me == 0:
-            uid = _free_uid()
-            prefix, python, owner, kw = [], _world_python(), uid, dict(user=uid, group=uid, extra_groups=[])
-        else:
-            prefix, python, owner, kw = [], sys.executable, me, {}
+    prefix, python, owner, kw = _identity(identity)
     lab = _make_lab(owner)
-    job = {"tools": lab["tools"], "secret": lab["secret"], "secret_text": SECRET, "backend": backend, "probes": probes(lab),
+    nr = T._SYSCALLS[os.uname().machine]
+    job = {"tag": TAG, "escape": ESCAPE, "ptrace": nr["ptrace"], "vmread": nr["process_vm_readv"], "tools": lab["tools"],
+           "secret": lab["secret"], "secret_text": SECRET, "backend": backend, "probes": probes(lab),
            "limits": {f: getattr(LIMITS, f) for f in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "processes",
                                                        "output_chars")}}
     env = {"HOME": lab["home"], "PATH": "/usr/bin:/bin", "TUNIX_LIT_CALLER_SECRET": SECRET}
@@ -259,7 +343,7 @@ def test_a_fork_bomb_gets_at_most_the_process_limit(attacked):
 
 def test_memory_is_capped(attacked):
     report, _ = attacked
-    assert _lines(report, "memory") == [str(100 * 2**20), "MemoryError"]
+    assert _lines(report, "memory") == [str(16 * 2**20), "MemoryError"]
 
 
 def test_disk_fill_stops_at_each_tmpfs_size(attacked):
@@ -310,18 +394,40 @@ def test_no_bubblewrap_and_no_namespaces_fails_closed(monkeypatch, tmp_path):
     assert not marker.exists()
 
 
-def test_the_view_holds_usr_and_an_interpreter_outside_it(tmp_path, monkeypatch):
-    """An interpreter under /usr adds nothing; one elsewhere (pyenv in a home) adds its own tree, not the home."""
-    assert "/usr" in T._visible("/usr/bin/python3") and not any(p.startswith("/home") for p in T._visible("/usr/bin/python3"))
+def test_the_view_is_explicit_and_refuses_protected_directories(tmp_path, monkeypatch):
+    """An interpreter outside /usr shows its binary, standard library, lib-dynload and shared libraries, not its
+    prefix; undeclared site dirs are masked; a view holding a home (from pwd), the working directory or a hidden
+    directory is refused."""
     tree = tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7"
-    (tree / "bin").mkdir(parents=True)
-    python = tree / "bin" / "python3.11"
-    python.write_text("")
-    shown = T._visible(str(python))
-    assert str(tree) in shown and str(tmp_path / "home" / "alice") not in shown
-    monkeypatch.setenv("HOME", str(tmp_path / "home" / "alice" / ".pyenv" / "versions" / "3.11.7" / "bin"))
-    with pytest.raises(T.SandboxUnavailable, match="holds the home"):  # a tree that holds the home is refused
-        T._visible(str(python))
+    stdlib = tree / "lib" / "python3.11"
+    for d in (tree / "bin", stdlib / "lib-dynload", stdlib / "site-packages", tree / "share"):
+        d.mkdir(parents=True)
+    for f in (tree / "bin" / "python3.11", tree / "lib" / "libpython3.11.so.1.0", tree / "lib" / "notes.txt"):
+        f.write_text("")
+    layout = {"executable": str(tree / "bin" / "python3.11"), "prefix": str(tree), "stdlib": str(stdlib),
+              "platstdlib": str(stdlib), "dynload": str(stdlib / "lib-dynload"), "libdir": str(tree / "lib"),
+              "site": [str(stdlib / "site-packages")]}
+    monkeypatch.setattr(T, "interpreter_layout", lambda python: dict(layout))
+    view = T.sandbox_view("python")
+    assert "/usr" in view["ro"] and layout["executable"] in view["ro"] and str(stdlib) in view["ro"]
+    assert str(tree / "lib" / "libpython3.11.so.1.0") in view["ro"]
+    assert not {str(tree), str(tree / "lib"), str(tree / "share"), str(tree / "lib" / "notes.txt")} & set(view["ro"])
+    assert str(stdlib / "site-packages") in view["masks"] and view["site"] == []
+    declared = T.sandbox_view("python", site_packages=[str(stdlib / "site-packages")])
+    assert declared["site"] == [str(stdlib / "site-packages")] and str(stdlib / "site-packages") not in declared["masks"]
+    if os.path.isdir("/usr/local/etc"):
+        assert "/usr/local/etc" in view["masks"]
+    with pytest.raises(T.SandboxUnavailable, match="holds"):  # a directory the caller hides (checkpoints)
+        T.sandbox_view("python", hide=[str(stdlib / "ckpt")])
+    monkeypatch.chdir(stdlib)
+    with pytest.raises(T.SandboxUnavailable, match="holds"):  # the working directory
+        T.sandbox_view("python")
+    monkeypatch.chdir(tmp_path)
+    own_home = pwd.getpwuid(os.getuid()).pw_dir
+    monkeypatch.setenv("HOME", "/nonexistent")  # the home comes from the password database, not from $HOME
+    monkeypatch.setattr(T, "interpreter_layout", lambda python: dict(layout, prefix=own_home))
+    with pytest.raises(T.SandboxUnavailable, match=f"holds {own_home}"):
+        T.sandbox_view("python")
 
 
 HOME_CALLER = r'''
@@ -329,6 +435,7 @@ import importlib.util, json, sys, types
 for name in ("tunix_lit", "tunix_lit.agentic", "tunix_lit.agentic.tools"):  # the copy's one import of the package
     sys.modules[name] = types.ModuleType(name)
 sys.modules["tunix_lit.agentic.tools"].ToolTimeout = type("ToolTimeout", (Exception,), {})
+sys.modules["tunix_lit.agentic.tools"].clean_text = str
 spec = importlib.util.spec_from_file_location("tunix_lit.agentic.sandbox", sys.argv[1])
 T = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(T)
@@ -336,7 +443,7 @@ home = sys.argv[2]
 code = ("import os\nprint(sorted(os.listdir(%r)))\n" % home
         + "".join("try:\n    print(open(%r, %r).read())\nexcept OSError as e:\n    print(type(e).__name__)\n" % (p, m)
                   for p, m in ((home + "/.hf_token", "r"), (home + "/pwned", "w"), (home + "/.pyenv/pwned", "w"))))
-print(json.dumps({"view": T._visible(T.sandbox_python()),
+print(json.dumps({"view": T.sandbox_view(T.sandbox_python())["ro"],
                   "runs": {b: T.run_code(code, backend=b).stdout.splitlines() for b in T.BACKENDS}}))
 '''
 
@@ -370,9 +477,120 @@ def test_an_interpreter_in_the_users_home_shows_itself_and_nothing_else_of_the_h
                               env={"HOME": home, "PATH": "/usr/bin:/bin"}, cwd=home, timeout=120, **kw)
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = json.loads(proc.stdout)
-        assert os.path.join(home, ".pyenv") in report["view"] and home not in report["view"]
+        assert os.path.join(home, ".pyenv", "bin", "python3") in report["view"] and home not in report["view"]
         for backend, lines in report["runs"].items():
             assert lines == ["['.pyenv']", "FileNotFoundError", "OSError", "OSError"], backend  # OSError: read-only
         assert not [f for _, _, files in os.walk(home) for f in files if f == "pwned"]
     finally:
         shutil.rmtree(home)
+
+
+def test_nothing_outlives_the_call(attacked):
+    """An escaping program (setsid, forks, sleeps past the clock): none of its processes is left when run_code
+    returns, nor 0.5 s later; also when only the kill through the namespace's PID 1 is left to do it."""
+    report, _ = attacked
+    for way, s in report["survivors"].items():
+        assert s["printed"] == "running\n" and s["status"] == "timed out, then killed by SIGKILL", way
+        assert s["at_return"] == [] and s["after"] == [], (way, s)
+
+
+def test_ptrace_and_process_vm_of_pid1_are_refused(attacked):
+    """The first step of the ptrace trick (attach to PID 1, its parent, same uid) and reading its memory: EPERM."""
+    report, _ = attacked
+    assert _lines(report, "ptrace_pid1") == ["-1 1", "-1 1"]
+
+
+def test_seccomp_refuses_each_denied_call(attacked):
+    report, _ = attacked
+    got = json.loads(report["probes"]["seccomp"]["stdout"])
+    assert got == {n: [-1, 1] for n in T.DENIED}  # every one: -1 with EPERM
+
+
+def test_no_privileges_and_a_cgroup_namespace_of_its_own(attacked):
+    report, _ = attacked
+    caps, cgroup = _lines(report, "privileges")
+    assert eval(caps) == ["0000000000000000"] * 3 + ["1", "2"]  # CapPrm, CapEff, CapBnd; NoNewPrivs; Seccomp filter
+    assert cgroup == "['0::/']"  # its own cgroup is the root of its cgroup namespace
+
+
+def test_keys_host_figures_and_packages_are_masked(attacked):
+    report, _ = attacked
+    lines = _lines(report, "masks")
+    for line in lines[:4]:
+        path, value = line.split(" ", 1)
+        assert value in ("''", "'PermissionError'"), line  # empty, or no access at all
+    assert lines[4:] == ["etc []", "site []"]
+
+
+def test_one_memory_bound_over_the_whole_call(attacked):
+    """Children allocating until they cannot, every tmpfs filled, a 1 GiB memfd: all held at once stays under
+    memory_mb. Without a cgroup, memfd is refused; with one, memory.max counts it."""
+    report, _ = attacked
+    held, memfd = _lines(report, "hold")[0].split()
+    assert LIMITS.tmpfs_mb // 2 < int(held) <= LIMITS.memory_mb
+    assert memfd == ("PermissionError" if report["memory_mechanism"] == "rlimit" else "held")
+
+
+KILL_CALLER = r"""
+import importlib.util, sys, types
+for name in ("tunix_lit", "tunix_lit.agentic", "tunix_lit.agentic.tools"):
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["tunix_lit.agentic.tools"].ToolTimeout = type("ToolTimeout", (Exception,), {})
+sys.modules["tunix_lit.agentic.tools"].clean_text = str
+spec = importlib.util.spec_from_file_location("tunix_lit.agentic.sandbox", sys.argv[1])
+T = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(T)
+T.run_code(sys.argv[3], T.SandboxLimits(timeout_s=60), backend=sys.argv[2])
+"""
+
+
+def _tagged() -> list:
+    found = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found += [int(p)] if open(f"/proc/{p}/comm").read().strip() == TAG else []
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("identity,backend", [(i, b) for i in ("root", "user") for b in T.BACKENDS])
+def test_nothing_outlives_a_caller_killed_mid_call(identity, backend):
+    """SIGKILL the caller while its escaping program runs: within 3 s no process of the call is left."""
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    if backend == "bubblewrap" and T.find_bwrap() is None:
+        _unavailable("bubblewrap is not installed (.ci/run installs Debian's bubblewrap)")
+    prefix, python, owner, kw = _identity(identity)
+    lab = _make_lab(owner)
+    try:
+        caller = subprocess.Popen(prefix + [python, "-I", "-c", KILL_CALLER, lab["tools"], backend, ESCAPE],
+                                  cwd=lab["root"], env={"HOME": lab["home"], "PATH": "/usr/bin:/bin"}, **kw)
+        deadline = time.monotonic() + 20
+        while len(_tagged()) < 4 and time.monotonic() < deadline and caller.poll() is None:
+            time.sleep(0.05)
+        running = len(_tagged())
+        os.kill(caller.pid, signal.SIGKILL) if not prefix else subprocess.run(["sudo", "-n", "kill", "-9", str(caller.pid)])
+        caller.wait()
+        deadline = time.monotonic() + 3
+        while _tagged() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert running == 4 and _tagged() == [], (running, _tagged())
+    finally:
+        for pid in _tagged():  # a failed test leaves nothing behind either
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(lab["root"])
+
+
+def test_pid1_is_undumpable_even_where_the_filter_allows_ptrace(monkeypatch):
+    """The second wall: with ptrace let through the filter, attaching to PID 1 still fails (it is undumpable and
+    the program has no capability), while attaching to a dumpable child of its own works: the filter was off."""
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    monkeypatch.setattr(T, "DENIED", tuple(n for n in T.DENIED if n != "ptrace"))
+    nr = T._SYSCALLS[os.uname().machine]["ptrace"]
+    code = ("import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nchild = os.fork()\n"
+            "if child == 0:\n    time.sleep(30)\n"
+            f"print(libc.syscall({nr}, 0x4206, 1, 0, 0), ctypes.get_errno(), libc.syscall({nr}, 0x4206, child, 0, 0))")
+    r = T.run_code(code, LIMITS, backend="namespaces")
+    assert r.stdout.split() == ["-1", "1", "0"], (r.stdout, r.stderr)

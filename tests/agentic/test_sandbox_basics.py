@@ -133,8 +133,91 @@ def test_sandbox_fails_closed_when_bubblewrap_refuses(monkeypatch, tmp_path):
 
 @needs_sandbox
 def test_python_tool_timeout_is_a_tool_timeout_observation():
-    m = T.ToolManager([S.PythonTool(S.SandboxLimits(timeout_s=0.5))], timeout_s=5)
-    assert m.run(T.ToolCall("python", {"code": "print(2 ** 10)"})) == T.Observation("1024\n")
+    m = T.ToolManager([S.PythonTool(S.SandboxLimits(timeout_s=2))], timeout_s=10)
+    assert m.run(T.ToolCall("python", {"code": "print(2 ** 10)"})) == T.Observation("[exit status 0]\n1024\n")
     assert m.run(T.ToolCall("python", {"code": "while True: pass"})).error == "tool_timeout"
-    failed = m.run(T.ToolCall("python", {"code": "1/0"}))
-    assert failed.error is None and "ZeroDivisionError" in failed.text and "exit status 1" in failed.text
+    failed = m.run(T.ToolCall("python", {"code": "print('exit status 0')\n1/0"}))
+    assert failed.error is None and failed.text.startswith("[exit status 1]\n") and "ZeroDivisionError" in failed.text
+    killed = m.run(T.ToolCall("python", {"code": "import os\nprint('\\x1b]0;title\\x07hi', flush=True)\nos.kill(os.getpid(), 9)"}))
+    assert killed.text == "[killed by SIGKILL]\nhi\n\n[stderr]\n"  # named signal first; the OSC sequence gone
+
+
+# --- pieces that need no sandbox ----------------------------------------------------------------------
+
+def test_exit_status_in_words():
+    assert [S.describe_exit(c) for c in (0, 3, -9, 137, -15, 143)] == [
+        "exit status 0", "exit status 3", "killed by SIGKILL", "killed by SIGKILL", "killed by SIGTERM", "killed by SIGTERM"]
+    r = S.SandboxResult("", "", -9, True, 1.0)
+    assert r.status == "timed out, then killed by SIGKILL"
+
+
+def test_limits_share_memory_so_the_sum_stays_under_the_bound():
+    for memory, processes, disk in ((1024, 16, 16), (600, 4, 50), (2048, 7, 3)):
+        lim = S.SandboxLimits(memory_mb=memory, processes=processes, disk_mb=disk)
+        assert lim.processes * lim.process_share_mb + lim.tmpfs_mb <= lim.memory_mb
+        assert lim.processes * (lim.process_share_mb + 1) + lim.tmpfs_mb > lim.memory_mb  # the largest share that fits
+    with pytest.raises(ValueError, match="interpreter needs 32"):
+        S.SandboxLimits(memory_mb=512, processes=16)
+    assert S.SandboxLimits().memory_mb <= 1024
+
+
+def _bpf_verdict(prog: bytes, nr: int, arch: int, arg0: int = 0) -> str:
+    """An interpreter of classic BPF written from the kernel's definitions (LD ABS, JEQ/JGE/JSET K, RET K)."""
+    import struct
+    ins = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+    data = struct.pack("=iI", nr, arch) + bytes(8) + struct.pack("=Q", arg0) + bytes(40)  # struct seccomp_data
+    pc, acc = 0, 0
+    for _ in range(len(ins)):
+        code, jt, jf, k = ins[pc]
+        cls = code & 0x07
+        if cls == 0x00:  # BPF_LD
+            assert code == 0x20, code  # W | ABS only
+            acc = struct.unpack_from("=I", data, k)[0]
+            pc += 1
+        elif cls == 0x06:  # BPF_RET
+            action = k & 0xFFFF0000
+            return {0x7FFF0000: "allow", 0x80000000: "kill_process", 0x00050000: f"errno {k & 0xFFFF}"}[action]
+        else:
+            assert cls == 0x05, code  # BPF_JMP with K
+            op = code & 0xF0
+            taken = {0x10: acc == k, 0x30: acc >= k, 0x40: bool(acc & k)}[op]
+            pc += 1 + (jt if taken else jf)
+    raise AssertionError("the program fell off its end")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_seccomp_program_denies_exactly_what_it_lists(machine):
+    nr, arch = S._SYSCALLS[machine], S._AUDIT_ARCH[machine]
+    deny = S.DENIED + S.DENIED_WITHOUT_CGROUP
+    prog = S.seccomp_filter(machine, deny)
+    assert len(prog) % 8 == 0 and len(prog) // 8 < 256
+    for name in deny:
+        assert _bpf_verdict(prog, nr[name], arch) == "errno 1", name
+    allowed = set(range(0, 460)) - {nr[n] for n in deny} - {nr["clone3"]}
+    assert all(_bpf_verdict(prog, n, arch) == "allow" for n in sorted(allowed))
+    assert _bpf_verdict(prog, nr["clone3"], arch) == "errno 38"  # ENOSYS: libc falls back to clone
+    assert _bpf_verdict(prog, nr["clone"], arch, 0x01200011) == "allow"  # what fork() passes
+    for flag in (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+        assert _bpf_verdict(prog, nr["clone"], arch, 0x01200011 | flag) == "errno 1", hex(flag)
+    assert _bpf_verdict(prog, 1, 0x40000003) == "kill_process"  # i386 on this filter: another arch
+    if machine == "x86_64":
+        assert _bpf_verdict(prog, 0x40000000 + 1, arch) == "errno 1"  # the x32 ABI
+    memfd_ok = S.seccomp_filter(machine, S.DENIED)
+    assert _bpf_verdict(memfd_ok, nr["memfd_create"], arch) == "allow"  # with a cgroup, memfd is counted, not refused
+    with pytest.raises(S.SandboxUnavailable, match="no seccomp filter"):
+        S.seccomp_filter("riscv64")
+
+
+@needs_sandbox
+def test_a_cgroup_when_one_can_be_made_is_written_and_used(monkeypatch, tmp_path):
+    """The cgroup path's plumbing, on a stand-in directory (this host's cgroup v2 may hand out no memory
+    controller): the limits are written, the gate's pid lands in cgroup.procs before it runs anything, the
+    result says "cgroup", and memfd is no longer refused (memory.max counts it instead)."""
+    monkeypatch.setattr(S._Cgroup, "parent", staticmethod(lambda: str(tmp_path)))
+    monkeypatch.setattr(S._Cgroup, "remove", lambda self: None)
+    r = S.run_code("import os\nfd = os.memfd_create('x')\nos.write(fd, b'abc')\nprint(os.getpid())", FAST)
+    (group,) = list(tmp_path.iterdir())
+    assert r.memory == "cgroup" and r.returncode == 0, r.stderr
+    assert (group / "memory.max").read_text() == str(FAST.memory_mb << 20)
+    assert (group / "pids.max").read_text() == str(FAST.processes + 2)
+    assert int((group / "cgroup.procs").read_text()) > 0 and (group / "cgroup.kill").read_text() == "1"

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['ENDINGS', 'ERROR_KINDS', 'PARSERS', 'Status', 'Turn', 'Trajectory', 'ToolCall', 'Tool', 'ToolTimeout', 'Calculator',
            'tool_schema', 'Observation', 'check_arguments', 'call_with_timeout', 'ToolManager', 'ParsedTurn',
-           'QwenParser', 'LlamaParser', 'GemmaParser', 'TinyParser', 'get_parser', 'StepResult', 'Environment',
-           'ToolEnv', 'sum_tasks', 'exact_match', 'calculator_env']
+           'QwenParser', 'LlamaParser', 'GemmaParser', 'TinyParser', 'get_parser', 'clean_text', 'guard_text',
+           'reserved_strings', 'StepResult', 'Environment', 'ToolEnv', 'sum_tasks', 'exact_match', 'calculator_env']
 
 # %% ../../nbs/50_tools.ipynb #ca135468
 # Follows upstream Tunix's agentic pieces in purpose: the trajectory statuses, a tool with a name,
@@ -14,7 +14,8 @@ __all__ = ['ENDINGS', 'ERROR_KINDS', 'PARSERS', 'Status', 'Turn', 'Trajectory', 
 # parsers by name (Qwen's <tool_call> JSON spans), a reset/step environment that runs calls or scores
 # the answer. Differs in form: a trajectory is a prompt plus token-level turns; the environment owns
 # its parser; malformed calls are error observations. Adds what upstream leaves out: argument
-# checking, per-call timeouts, Llama 3.1 and Gemma 3 call formats (the code sandbox is chapter 50b's).
+# checking, per-call timeouts, Llama 3.1 and Gemma 3 call formats, observations cleaned so
+# tool output cannot forge a turn (the code sandbox is chapter 50b's).
 import ast
 import collections
 import dataclasses
@@ -390,6 +391,40 @@ def get_parser(name: str):
         raise ValueError(f"unknown tool-call parser {name!r}; choose one of: {', '.join(PARSERS)}")
     return PARSERS[name]()
 
+# %% ../../nbs/50_tools.ipynb #6f6d146d
+# Escape sequences (CSI, OSC, DCS...), C0 and C1 controls but newline and tab, and bidi overrides: a program's
+# output can move a terminal's cursor, set its title or reorder what a reader sees; none of it is text.
+_ESCAPES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]"
+                      r"|\x9b[0-?]*[ -/]*[@-~]|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What a special token or a tool tag looks like in the formats here: <|im_end|>, <|eot_id|>, <end_of_turn>,
+# </tool_response>, a ``` fence.
+_SPECIAL_SHAPES = re.compile(r"<\|[^<>|\s]{1,48}\|>|</?[A-Za-z_][\w\-]{0,48}>|```")
+_BREAK = "\u200b"  # a zero-width space: invisible to a reader, and no tokenizer's special string contains it
+
+
+def clean_text(text: str) -> str:
+    """`text` without escape sequences and control characters (newline and tab stay; CRLF becomes LF)."""
+    return _ESCAPES.sub("", text.replace("\r\n", "\n"))
+
+
+def guard_text(text: str, reserved: Sequence[str] = ()) -> str:
+    """`text` in which no `reserved` string (a tokenizer's special tokens) and nothing shaped like a special
+    token or a tool tag survives whole: each gets a zero-width space after its first character."""
+    for s in sorted({s for s in reserved if len(s) > 1}, key=len, reverse=True):
+        text = text.replace(s, s[0] + _BREAK + s[1:])
+    return _SPECIAL_SHAPES.sub(lambda m: m[0][0] + _BREAK + m[0][1:], text)
+
+
+def reserved_strings(tokenizer) -> tuple:
+    """Every string `tokenizer` reads as one special id (an HF tokenizer's special added tokens, else its named
+    special tokens): what `guard_text` must break in tool output. Plain added tokens (Gemma's runs of newlines,
+    its HTML tags) are text to the model and stay whole."""
+    backend = getattr(tokenizer, "backend", tokenizer)
+    if hasattr(backend, "get_added_tokens_decoder"):
+        return tuple(t.content for t in backend.get_added_tokens_decoder().values() if t.special)
+    return tuple(v for v in getattr(tokenizer, "special_tokens", {}).values() if isinstance(v, str))
+
+
 # %% ../../nbs/50_tools.ipynb #7dbaf79e
 @dataclasses.dataclass
 class StepResult:
@@ -415,7 +450,8 @@ class ToolEnv:
     """Runs the calls in a model turn; a turn without calls is the answer, scored by `reward_fn(task, answer)`."""
 
     def __init__(self, task: dict, tools: ToolManager, parser, reward_fn: Callable[[dict, str], float], *,
-                 max_turns: int = 4, observation_template: str = "{results}", prompt_key: str = "prompt"):
+                 max_turns: int = 4, observation_template: str = "{results}", prompt_key: str = "prompt",
+                 reserved: Sequence[str] = ()):
         if prompt_key not in task:
             raise KeyError(f"task has no {prompt_key!r} (keys: {sorted(task)}); set prompt_key")
         if max_turns < 1:
@@ -423,6 +459,7 @@ class ToolEnv:
         self.task, self.tools, self.reward_fn = task, tools, reward_fn
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.max_turns, self.template, self.prompt_key = max_turns, observation_template, prompt_key
+        self.reserved = tuple(reserved)  # the tokenizer's special strings (`reserved_strings(tokenizer)`)
 
     def reset(self) -> str:
         """The task's prompt."""
@@ -435,6 +472,9 @@ class ToolEnv:
             return StepResult("", float(self.reward_fn(self.task, parsed.text)), True)
         observations = [Observation(f"Error: {e}", "parse_error") for e in parsed.errors]
         observations += [self.tools.run(c) for c in parsed.calls]
+        # tool output is text, never a turn: no escapes, no special token, no tool tag survives whole
+        observations = [dataclasses.replace(o, text=guard_text(clean_text(o.text), self.reserved))
+                        for o in observations]
         counts = collections.Counter(calls=len(parsed.calls) + len(parsed.errors))
         counts.update(o.error for o in observations if o.error)
         return StepResult(self.template.format(results=self.parser.format_results(observations)), 0.0, False, counts)
