@@ -15,6 +15,8 @@ __all__ = ['EXAMPLE_FIELDS', 'GAP_METRIC', 'RLTrainingConfig', 'BatchSizes', 're
 # (seed, step), so a resumed run samples exactly what the uninterrupted one did; a reward function
 # that fails is named with the prompt it failed on; NaN rewards are excluded and counted; old
 # log-probs are attached only when some update is off-policy (μ > 1 or several mini-batches).
+# Rollouts may run up to max_staleness syncs ahead of the weights they train (0, the default, is
+# synchronous and exact on resume); each micro-batch carries the policy version that sampled it.
 # Leaves out: sequence packing. Chapter 33 adds a critic trainer to `trainers`.
 import dataclasses
 import itertools
@@ -58,6 +60,7 @@ class RLTrainingConfig:
     log_dir: Optional[str] = None  # metrics.jsonl and TensorBoard event files
     seed: int = 0  # the trainer's RNG (rollout keys come from RolloutConfig.seed, the step and the chunk)
     queue_size: int = 4  # train micro-batches the producer may run ahead of the trainer
+    max_staleness: int = 0  # syncs a step's rollouts may lag the weights they train (0: wait for every sync)
     progress_bar: bool = True
 
     def __post_init__(self):
@@ -70,6 +73,10 @@ class RLTrainingConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"RLTrainingConfig.{name} must be a positive integer, got {v!r}")
+        k = self.max_staleness
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"RLTrainingConfig.max_staleness must be an integer ≥ 0 (0: rollouts wait for every sync), "
+                             f"got {k!r}")
 
 # %% ../../nbs/31_rl_learner.ipynb #34301e61
 @dataclasses.dataclass(frozen=True)
@@ -256,6 +263,8 @@ class RLLearner:
                                  mesh=cluster.mesh(Role.ACTOR), donate=cluster.donate_actor, seed=config.seed)
         self.trainers = {"actor": self.trainer}  # name -> RLTrainer, each updated on every mini-batch
         self.step = 0  # global steps done
+        self.policy_version = 0  # syncs the rollout engine has received: the weights new rollouts come from
+        self._rollout_lock = threading.Lock()  # a sync never lands between a chunk's rollouts and its old log-probs
         self.data_position = 0  # dataset rows consumed
         self.metrics = core.MetricsLog(config.log_dir)
         self._checkpointer = None
@@ -270,7 +279,7 @@ class RLLearner:
     @property
     def reads_come_first(self) -> bool:
         """Does every read of a step's weights end before its update (one mini-batch a step, no sampling while training)?"""
-        return self.sizes.mini == self.sizes.full and not self.samples_while_training
+        return self.sizes.mini == self.sizes.full and not self.samples_while_training and self.config.max_staleness == 0
 
     # -- what an algorithm provides ---------------------------------------------------------------------
     def make_experience(self, rows: list[dict], step: int, chunk: int) -> tuple[list[dict], dict]:
@@ -318,15 +327,17 @@ class _Failed:
 @patch
 def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semaphore, stop: threading.Event,
              produced: Optional[threading.Semaphore] = None) -> None:
-    """Producer thread: for each global step, wait for the sync, then emit its train micro-batches (then release `produced`)."""
+    """Producer thread: for each global step, wait for its gate, then emit its train micro-batches stamped with the policy version."""
     s, step, position = self.sizes, self.step, self.data_position
     needed = s.full // s.train_micro  # train micro-batches per global step
+    ahead = self.config.max_staleness > 0
     try:
         while not stop.is_set():
             may_start.acquire()
             if stop.is_set():
                 return
-            self.cluster.mark_policy()  # the weights every rollout of this step must come from
+            if not ahead:  # the sync just happened: the weights every rollout of this step must come from
+                self.cluster.mark_policy()  # (running ahead, the actor holds updates the engine lacks: each sync marks)
             self.cluster.pop_logp_gap()  # a gap measured outside the loop belongs to no step
             self.start_step(step)
             t0, metrics, emitted = time.perf_counter(), [], 0
@@ -346,12 +357,17 @@ def _produce(self: RLLearner, rows, q: queue.Queue, may_start: threading.Semapho
                     if len(batch) < s.service:  # the data ran out while refilling: train what we have
                         break
                     position += len(batch)
-                micro, m = self.make_experience(batch, step, chunk)
+                with self._rollout_lock:  # the engine's weights hold still for the chunk (never while putting)
+                    version = self.policy_version
+                    micro, m = self.make_experience(batch, step, chunk)
+                    micro = self.attach_old_logps(micro[:needed - emitted])
                 metrics.append(m)
-                for mb in self.attach_old_logps(micro[:needed - emitted]):
+                for mb in micro:
                     if stop.is_set():
                         return
-                    _put(q, ("micro", mb), stop)
+                    # each row: the weights that sampled it (an algorithm replaying older experience stamps its own)
+                    rows_of = mb.get("policy_version", np.full(len(mb["completion_mask"]), version, np.int32))
+                    _put(q, ("micro", {**mb, "policy_version": rows_of}), stop)
                     emitted += 1
             step += 1
             summary = _mean_metrics(metrics)
@@ -440,8 +456,8 @@ def _log_gap(self: RLLearner, metrics: dict, rows: dict) -> None:
 # %% ../../nbs/31_rl_learner.ipynb #994d1421
 @patch(as_prop=True)
 def needs_old_logps(self: RLLearner) -> bool:
-    """True when some update of a step sees moved weights: μ > 1, or several mini-batches per global step."""
-    return self.num_iterations > 1 or self.sizes.mini < self.sizes.full
+    """True when some update of a step sees moved weights: μ > 1, several mini-batches a step, or rollouts that may lag."""
+    return self.num_iterations > 1 or self.sizes.mini < self.sizes.full or self.config.max_staleness > 0
 
 
 @patch
@@ -464,8 +480,8 @@ def attach_old_logps(self: RLLearner, micro: list[dict]) -> list[dict]:
 @patch
 def _consume_step(self: RLLearner, q: queue.Queue) -> Optional[dict]:
     """Train on one global step's micro-batches: μ updates per mini-batch, then sync; None at end of data."""
-    A, mu = self.sizes.accumulation, self.num_iterations
-    pending, t_update = [], 0.0
+    A, mu, k = self.sizes.accumulation, self.num_iterations, self.config.max_staleness
+    pending, t_update, lags, dropped = [], 0.0, [], 0
     while True:
         item = q.get()
         if item is _DONE:
@@ -475,6 +491,13 @@ def _consume_step(self: RLLearner, q: queue.Queue) -> Optional[dict]:
                                f"{type(item.err).__name__}: {item.err}") from item.err
         kind, payload = item
         if kind == "micro":
+            payload = dict(payload)
+            version = payload.pop("policy_version", None)
+            lag = 0 if version is None else self.step - int(np.min(version))  # syncs behind the weights it trains
+            if lag > k:  # past the bound: never trained on, counted
+                dropped += 1
+                continue
+            lags.append(lag)
             pending.append(payload)
             if len(pending) == A:
                 t0 = time.perf_counter()
@@ -489,7 +512,9 @@ def _consume_step(self: RLLearner, q: queue.Queue) -> Optional[dict]:
         rows = {name: t.pop_metrics() for name, t in self.trainers.items()}  # waits; raises on a NaN loss
         for trainer in self.trainers.values():
             trainer.sync_model()
-        synced = self.sync_rollout()
+        with self._rollout_lock:  # never between a chunk's rollouts and its old log-probs
+            synced = self.sync_rollout()
+            self.policy_version = self.step + 1
         t_sync = time.perf_counter() - t0
         metrics = dict(payload["metrics"])
         self._log_gap(metrics, rows)  # takes the losses' gap out of the rows before they are averaged
@@ -497,7 +522,9 @@ def _consume_step(self: RLLearner, q: queue.Queue) -> Optional[dict]:
             metrics.update({f"{name}/{k}": v for k, v in _mean_metrics(r).items()})
         metrics.update({"time/update_s": t_update + t_sync, "sync/bytes": float(synced),
                         "sync/seconds": float(self.cluster.last_sync.seconds),
-                        "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending))})
+                        "actor/updates": float(len(rows["actor"])), "micro_batches/dropped": float(len(pending)),
+                        "staleness/mean": float(np.mean(lags)) if lags else float("nan"),
+                        "staleness/max": float(max(lags, default=0)), "staleness/dropped": float(dropped)})
         return {"data_position": payload["data_position"], "metrics": metrics}
 
 # %% ../../nbs/31_rl_learner.ipynb #86db497b
@@ -579,7 +606,8 @@ def skip_rows(dataset, n: int):
 def _producer(self: RLLearner, dataset, serial: bool) -> tuple:
     """The producer thread (not started) and what it shares with the trainer: queue, two semaphores, a stop event."""
     q: queue.Queue = queue.Queue(maxsize=0 if serial else self.config.queue_size)
-    may_start = threading.Semaphore(1)  # released once per completed global step (after the sync)
+    # released once per completed global step (after the sync); k more at the start let rollouts run k steps ahead
+    may_start = threading.Semaphore(1 if serial else 1 + self.config.max_staleness)
     produced = threading.Semaphore(0) if serial else None  # released when a step's experience is all queued
     stop = threading.Event()
     producer = threading.Thread(target=self._produce, args=(skip_rows(dataset, self.data_position), q, may_start,
@@ -594,10 +622,14 @@ def train(self: RLLearner, dataset, eval_dataset=None) -> RLResult:
     if cfg.resume and not self._resumed:
         self.restore_checkpoint()
     self._resumed = True
+    self.policy_version = self.step  # the engine holds the weights of the last step trained (or restored)
     start, eval_metrics, last = self.step, {}, {}
     # Several JAX processes must launch their collectives in the same order, which two threads sharing the
     # devices cannot promise: there the producer makes a whole step, then the trainer takes it (no overlap).
     serial = jax.process_count() > 1
+    if serial and cfg.max_staleness:
+        raise ValueError(f"max_staleness={cfg.max_staleness} needs rollouts that overlap training; with several JAX "
+                         "processes the producer makes a whole step before the trainer takes it: set max_staleness=0")
     producer, q, may_start, produced, stop = self._producer(dataset, serial)
     from tqdm.auto import tqdm
 
