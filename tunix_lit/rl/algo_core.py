@@ -36,7 +36,7 @@ def register_advantage_estimator(name: str, **kwargs):
 
 
 def get_advantage_estimator(name: str) -> Callable:
-    """The advantage estimator registered as `name` (drgrpo, gae, grpo, rloo, or one you added)."""
+    """The advantage estimator registered as `name` (drgrpo, gae, grpo, reinforce_pp, rloo, or one you added)."""
     return ADVANTAGE_ESTIMATORS.get(name)
 
 
@@ -46,7 +46,7 @@ def register_policy_loss(name: str, **kwargs):
 
 
 def get_policy_loss(name: str) -> Callable:
-    """The policy loss registered as `name` (grpo, gspo-token, ppo, or one you added)."""
+    """The policy loss registered as `name` (cispo, grpo, gspo-token, ppo, or one you added)."""
     return POLICY_LOSSES.get(name)
 
 # %% ../../nbs/30_algo_core.ipynb #6fd5c775
