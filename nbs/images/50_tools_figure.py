@@ -8,8 +8,8 @@ BOXES = [  # (x, y, w, h, text, highlighted)
     (200, 20, 190, 44, "parser: qwen|llama|gemma|tiny", True),
     (430, 20, 200, 44, "ToolManager: name, args, timeout", True),
     (430, 110, 95, 44, "Calculator", False),
-    (535, 110, 95, 44, "sandbox", False),
-    (200, 110, 190, 44, "observation / error observation", False),
+    (535, 110, 95, 44, "PythonTool", False),
+    (200, 110, 190, 44, "observation, cleaned", False),
     (10, 110, 150, 44, "env.step → StepResult", False),
     (10, 190, 620, 36, "Trajectory: prompt ids | model turn (mask 1) | observation (mask 0) | … ; Status", False),
 ]
