@@ -12,6 +12,7 @@ import json
 import struct
 
 import matplotlib
+import matplotlib.patches
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -127,6 +128,19 @@ gemma.update(
     embedding_share_of_params=int(np.prod(g_reader.tensors[[t.name for t in g_reader.tensors].index("token_embd.weight")].shape)) / gemma["params"],
 )
 first = lambda name: next(t for t in g_reader.tensors if t.tensor_type.name == name)
+
+
+def worked_q5_0(tensor) -> dict:
+    """The first Q5_0 block of `tensor` taken apart: its scale, its first codes, and the weights they make."""
+    block = np.asarray(tensor.data).reshape(-1)[:22]
+    d, high = float(f16(block[0:2])), int.from_bytes(block[2:6].tobytes(), "little")
+    low = np.concatenate([block[6:22] & 0x0F, block[6:22] >> 4]).astype(int)
+    q = [int(low[i] | (((high >> i) & 1) << 4)) for i in range(4)]
+    return {"tensor": tensor.name, "d": d, "q": q, "x": [d * (c - 16) for c in q],
+            "bytes": " ".join(f"{b:02x}" for b in block[:8])}
+
+
+gemma["worked_q5_0"] = worked_q5_0(first("Q5_0"))
 gemma["checks"] = {"Q8_0": check_block(first("Q8_0"), q8_0, 34), "Q5_0": check_block(first("Q5_0"), q5_0, 22),
                    "Q6_K": check_block(first("Q6_K"), q6_k, 210),
                    "Q4_K": check_block(first("Q4_K"), dequantize_q4_k, 144)}
@@ -136,29 +150,33 @@ record = {"gemma3-270m": gemma, "smollm2-135m": smol, "formats": formats}
 with open(OUT + "12b_real_weights.json", "w") as f:
     json.dump(record, f, indent=1)
 
-# --- the bytes of one block of each format
+# --- the bytes of one block of each format (colour = what the bytes are; a bar is one whole block)
+ROLE = {"scale": ("#e8590c", "float16 scale d (and min / dmin)"), "sub": ("#2b8a3e", "sub-block scales (and mins)"),
+        "high": ("#9c36b5", "high bits of the codes"), "low": ("#3a6ea5", "codes (their low bits)")}
 layouts = {
-    "Q8_0 (32 weights, 34 B)": [("d", 2, "#e8590c"), ("32 × int8 q", 32, "#3a6ea5")],
-    "Q5_0 (32 weights, 22 B)": [("d", 2, "#e8590c"), ("fifth bits", 4, "#9c36b5"), ("32 × low 4 bits", 16, "#3a6ea5")],
-    "Q4_K (256 weights, 144 B)": [("d", 2, "#e8590c"), ("dmin", 2, "#f08c00"), ("8 scales + 8 mins, 6 bits", 12, "#2b8a3e"),
-                                  ("256 × 4-bit q", 128, "#3a6ea5")],
-    "Q6_K (256 weights, 210 B)": [("256 × low 4 bits", 128, "#3a6ea5"), ("256 × high 2 bits", 64, "#9c36b5"),
-                                  ("16 int8 scales", 16, "#2b8a3e"), ("d", 2, "#e8590c")],
+    "Q8_0: 32 weights in 34 B": [("d", 2, "scale"), ("32 signed 8-bit codes", 32, "low")],
+    "Q5_0: 32 weights in 22 B": [("d", 2, "scale"), ("fifth bits", 4, "high"), ("32 low nibbles", 16, "low")],
+    "Q4_1: 32 weights in 20 B": [("d", 2, "scale"), ("m", 2, "scale"), ("32 nibbles", 16, "low")],
+    "Q4_K: 256 weights in 144 B": [("d", 2, "scale"), ("dmin", 2, "scale"), ("8+8 six-bit", 12, "sub"),
+                                   ("256 nibbles", 128, "low")],
+    "Q6_K: 256 weights in 210 B": [("256 low nibbles", 128, "low"), ("256 high bit pairs", 64, "high"),
+                                   ("16 int8", 16, "sub"), ("d", 2, "scale")],
 }
-fig, ax = plt.subplots(figsize=(10, 3.0))
+fig, ax = plt.subplots(figsize=(10, 3.4))
 for row, (name, parts) in enumerate(layouts.items()):
     total, x = sum(p[1] for p in parts), 0.0
-    for label, nbytes, color in parts:
-        w = nbytes / total  # each bar is one block, drawn at the same width: the shares of its bytes
-        ax.barh(row, w, left=x, color=color, edgecolor="white", height=0.6)
-        if w > 0.06:
-            ax.text(x + w / 2, row, f"{label}\n{nbytes} B", ha="center", va="center", color="white", fontsize=8)
+    for label, nbytes, role in parts:
+        w = nbytes / total
+        ax.barh(row, w, left=x, color=ROLE[role][0], edgecolor="white", height=0.6)
+        if w > 0.09:
+            ax.text(x + w / 2, row, f"{label}, {nbytes} B", ha="center", va="center", color="white", fontsize=8)
         x += w
 ax.set_yticks(range(len(layouts)), list(layouts))
 ax.invert_yaxis()
-ax.set_xticks([])
-ax.spines["bottom"].set_visible(False)
-ax.set_title("one block of each format, its bytes in file order (each bar is one whole block)")
+ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0", "¼", "½", "¾", "the whole block"])
+ax.legend(handles=[matplotlib.patches.Patch(color=c, label=l) for c, l in ROLE.values()], ncol=4, fontsize=8,
+          loc="upper center", bbox_to_anchor=(0.45, -0.12), frameon=False)
+ax.set_title("one block of each format: its bytes in file order, as a share of the block")
 fig.tight_layout()
 fig.savefig(OUT + "12b_block_layouts.svg")
 plt.close(fig)
@@ -171,8 +189,10 @@ for i, role in enumerate(order):
     left = 0
     for name, n in sorted(roles[role]["types"].items()):
         ax.barh(i, n, left=left, color=colors[name], edgecolor="white", height=0.6)
-        ax.text(left + n / 2, i, f"{name} × {n}", ha="center", va="center", color="white", fontsize=8)
-        left += n
+        inside = n >= 4
+        ax.text(left + n / 2 if inside else left + n + 0.2, i, f"{name} × {n}", ha="center" if inside else "left",
+                va="center", color="white" if inside else colors[name], fontsize=8)
+        left += n if inside else n + 2.6
     row = roles[role]["row"]
     ax.text(left + 0.3, i, f"rows of {row}" + ("" if row % QK_K else f" = {row // QK_K} × 256"), va="center",
             fontsize=8, color="#c92a2a" if row % QK_K else "#2b8a3e")
