@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['GSM8K_INSTRUCTION', 'load_rows', 'require_columns', 'resolve_function', 'arith_accuracy', 'gsm8k_prompt',
-           'gsm8k_rows', 'gsm8k_sft_rows', 'gsm8k_format_reward', 'gsm8k_answer_reward']
+           'gsm8k_rows', 'gsm8k_sft_rows', 'gsm8k_format_reward', 'gsm8k_answer_reward', 'pack_sequences',
+           'pad_sequences']
 
 # %% ../../nbs/16_datasets.ipynb #1b1376d6
 # A row is a dict of column -> value, as arith.sample returns; a reward function follows upstream's
@@ -191,3 +192,53 @@ def gsm8k_answer_reward(prompts: Sequence[str], completions: Sequence[str], answ
         got, want = (_number(m.group(1)) if m else None), _reference_number(str(a))
         scores.append(1.0 if got is not None and want is not None and abs(got - want) < 1e-6 else 0.0)
     return scores
+
+# %% ../../nbs/16_datasets.ipynb #p16a0002
+import numpy as np
+
+
+def _checked(tokens, loss_masks, length: int):
+    if len(tokens) != len(loss_masks):
+        raise ValueError(f"{len(tokens)} token sequences but {len(loss_masks)} loss masks; give one mask per sequence")
+    for i, (t, m) in enumerate(zip(tokens, loss_masks)):
+        if len(m) != len(t):
+            raise ValueError(f"sequence {i} has {len(t)} tokens but {len(m)} loss-mask entries")
+        if not 0 < len(t) <= length:
+            raise ValueError(f"sequence {i} has {len(t)} tokens; a row holds 1 to {length}: truncate or split it, "
+                             "or raise the length")
+
+
+def pack_sequences(tokens: Sequence, loss_masks: Sequence, length: int, *, pad_id: int = 0) -> dict:
+    """Sequences laid end to end, first fit, in rows of `length`: tokens, loss_mask, segment_ids, positions int32 [R, length]."""
+    _checked(tokens, loss_masks, length)
+    room, rows = [], []  # room left in each row, and the sequences it holds
+    for i, t in enumerate(tokens):
+        r = next((r for r, free in enumerate(room) if free >= len(t)), None)
+        if r is None:
+            room.append(length)
+            rows.append([])
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= len(t)
+    out = {k: np.zeros((len(rows), length), np.int32) for k in ("tokens", "loss_mask", "segment_ids", "positions")}
+    out["tokens"][:] = pad_id
+    for r, members in enumerate(rows):
+        at = 0
+        for segment, i in enumerate(members, start=1):
+            n = len(tokens[i])
+            out["tokens"][r, at:at + n] = tokens[i]
+            out["loss_mask"][r, at + 1:at + n] = np.asarray(loss_masks[i])[1:]  # a first token is never a target
+            out["segment_ids"][r, at:at + n] = segment
+            out["positions"][r, at:at + n] = np.arange(n)
+            at += n
+    return out
+
+
+def pad_sequences(tokens: Sequence, loss_masks: Sequence, length: int, *, pad_id: int = 0) -> dict:
+    """The same sequences one a row, right-padded to `length`: tokens and loss_mask int32 [N, length]."""
+    _checked(tokens, loss_masks, length)
+    out = {"tokens": np.full((len(tokens), length), pad_id, np.int32),
+           "loss_mask": np.zeros((len(tokens), length), np.int32)}
+    for i, (t, m) in enumerate(zip(tokens, loss_masks)):
+        out["tokens"][i, :len(t)], out["loss_mask"][i, 1:len(t)] = t, np.asarray(m)[1:]
+    return out
