@@ -284,8 +284,15 @@ def _run_caller(identity: str, backend: str) -> tuple:
     return report, lab
 
 
-@pytest.fixture(scope="module", params=[(i, b) for i in ("root", "user") for b in T.BACKENDS],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+# Each identity and each backend by default (root through bubblewrap, a user through our namespaces); the
+# other two pairings, which add no new mechanism, in the slow run (`pytest -m slow`).
+PAIRS = [pytest.param(("root", "bubblewrap"), id="root-bubblewrap"),
+         pytest.param(("user", "namespaces"), id="user-namespaces"),
+         pytest.param(("root", "namespaces"), id="root-namespaces", marks=pytest.mark.slow),
+         pytest.param(("user", "bubblewrap"), id="user-bubblewrap", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=PAIRS)
 def attacked(request):
     """The report of every hostile program, once per (identity, backend)."""
     report, lab = _run_caller(*request.param)
@@ -594,3 +601,80 @@ def test_pid1_is_undumpable_even_where_the_filter_allows_ptrace(monkeypatch):
             f"print(libc.syscall({nr}, 0x4206, 1, 0, 0), ctypes.get_errno(), libc.syscall({nr}, 0x4206, child, 0, 0))")
     r = T.run_code(code, LIMITS, backend="namespaces")
     assert r.stdout.split() == ["-1", "1", "0"], (r.stdout, r.stderr)
+
+
+# The ptrace trick of the red-team pass, for x86_64: attach to PID 1 (our parent, same uid), make it call setsid()
+# and prctl(PR_SET_PDEATHSIG, 0) through its own syscall instruction, detach, then leave our session too.
+PTRACE_TRICK = r"""import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+names = "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs"
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in names.split()]
+pt = libc.ptrace
+pt.restype, pt.argtypes = ctypes.c_long, [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+if pt(16, 1, None, None) != 0:  # PTRACE_ATTACH to PID 1, our parent
+    print("attach refused", ctypes.get_errno(), flush=True)
+    raise SystemExit(0)
+os.waitpid(1, 0x40000000)  # __WALL
+saved = Regs()
+pt(12, 1, None, ctypes.byref(saved))  # GETREGS: PID 1 sits in wait4, just after its syscall instruction
+word = pt(2, 1, ctypes.c_void_p(saved.rip - 2), None) & 0xFFFF  # PEEKTEXT
+def inject(nr, *args):
+    r = Regs.from_buffer_copy(saved)
+    r.rax, r.orig_rax, r.rip = nr, 2**64 - 1, saved.rip - 2
+    for name, v in zip(("rdi", "rsi", "rdx"), args):
+        setattr(r, name, v)
+    pt(13, 1, None, ctypes.byref(r))  # SETREGS
+    pt(9, 1, None, None)  # SINGLESTEP over the syscall instruction
+    os.waitpid(1, 0x40000000)
+    out = Regs()
+    pt(12, 1, None, ctypes.byref(out))
+    return ctypes.c_longlong(out.rax).value
+done = (hex(word), inject(112), inject(157, 1, 0))  # setsid(), prctl(PR_SET_PDEATHSIG, 0)
+pt(13, 1, None, ctypes.byref(saved))
+pt(17, 1, None, None)  # DETACH: PID 1 goes back to its wait
+os.setsid()
+libc.prctl(15, b"%s", 0, 0, 0)
+print("escaped", done, flush=True)
+time.sleep(60)
+"""
+
+
+def _walls_down(monkeypatch):
+    """Let ptrace through the filter and leave PID 1 dumpable: the trick then succeeds, and only the kill through
+    PID 1's pidfd stands between it and a survivor."""
+    monkeypatch.setattr(T, "DENIED", tuple(n for n in T.DENIED if n != "ptrace"))
+    patched = T._NAMESPACES.replace("if libc.prctl(4, 0, 0, 0, 0) != 0:", "if False:")
+    assert patched != T._NAMESPACES
+    monkeypatch.setattr(T, "_NAMESPACES", patched)
+
+
+@pytest.mark.parametrize("backend", ["namespaces", pytest.param("bubblewrap", marks=pytest.mark.slow)])
+def test_the_ptrace_trick_done_whole_still_leaves_no_survivor(monkeypatch, backend):
+    """With both walls against it taken down, the trick works (PID 1 leaves the session and forgets its parent);
+    with the process-group kill switched off as well, the kill through the namespace's PID 1 still leaves nothing
+    alive when run_code returns. The control, the process-group kill alone (the code before this kill), leaves
+    the program running."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the trick's register layout is x86_64's")
+    if T.sandbox_problem() is not None:
+        _unavailable(f"this host cannot isolate code: {T.sandbox_problem()}")
+    if backend == "bubblewrap" and T.find_bwrap() is None:
+        _unavailable("bubblewrap is not installed (.ci/run installs Debian's bubblewrap)")
+    _walls_down(monkeypatch)
+    monkeypatch.setattr(T, "_kill_group", lambda pid: None)
+    code = PTRACE_TRICK % TAG.encode().decode()
+    try:
+        r = T.run_code(code, T.SandboxLimits(timeout_s=2), backend=backend)
+        assert r.stdout.startswith("escaped ('0x50f', ") and r.timed_out, (r.stdout, r.stderr)  # the trick worked
+        assert _tagged() == []
+        if backend == "namespaces":  # the control: the process-group kill alone, and the escaped program lives on
+            monkeypatch.undo()
+            _walls_down(monkeypatch)
+            real = T._namespace_init
+            monkeypatch.setattr(T, "_namespace_init", lambda fd, deadline: os.close(real(fd, deadline)))
+            r = T.run_code(code, T.SandboxLimits(timeout_s=2), backend=backend)
+            assert r.stdout.startswith("escaped") and _tagged() != []
+    finally:
+        for pid in _tagged():
+            os.kill(pid, signal.SIGKILL)
