@@ -36,14 +36,17 @@ class LossOutput(NamedTuple):
 
 # %% ../../nbs/17_train_step.ipynb #b17e55a1
 def next_token_loss(model, batch: dict, rng: Optional[jax.Array] = None) -> LossOutput:
-    """Cross-entropy of each next token, weighted by loss_mask of the *target* position (batch arrays [B, T])."""
+    """Cross-entropy of each next token, weighted by loss_mask of the *target* position (batch arrays [B, T], packed or not)."""
     del rng  # the default loss is deterministic
-    tokens = batch["tokens"]
-    logits, _ = model(tokens, batch.get("positions"), None, batch.get("attention_mask"))  # f32 [B, T, V]
+    tokens, segments = batch["tokens"], batch.get("segment_ids")
+    packed = {} if segments is None else {"segment_ids": segments}  # packed rows (chapter 16): below
+    logits, _ = model(tokens, batch.get("positions"), None, batch.get("attention_mask"), **packed)  # f32 [B, T, V]
     # position t predicts token t+1; the last position predicts nothing (weight 0). Shifting the small
     # [B, T] targets instead of slicing the [B, T, V] logits saves a pass over the logits in the backward.
     targets = jnp.pad(tokens[:, 1:], ((0, 0), (0, 1)))
     weights = jnp.pad(batch["loss_mask"][:, 1:].astype(jnp.float32), ((0, 0), (0, 1)))
+    if segments is not None:  # a segment's last token predicts nothing: the next slot begins another sequence
+        weights = weights * jnp.pad(segments[:, 1:] == segments[:, :-1], ((0, 0), (0, 1)))
     # -log softmax at the target = logsumexp - target logit; never materialises the [B, T, V] log-probs
     nll = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return LossOutput(jnp.sum(nll * weights), jnp.sum(weights))
