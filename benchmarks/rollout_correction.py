@@ -117,6 +117,10 @@ def summarise(runs: list) -> dict:
             vals = [r[key] for r in rs]
             row[key] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "max": float(np.max(vals))}
         row["heldout_gain_mean"] = float(np.mean([r["heldout_after"] - r["heldout_before"] for r in rs]))
+        for key in ("logp_gap_max_mean", "rollout_is/weight_mean", "rollout_is/capped_frac"):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if vals:
+                row[key.replace("rollout_is/", "is_")] = float(np.mean(vals))
         out[arm] = row
     return out
 

@@ -12,6 +12,7 @@ __all__ = ['GRPOConfig', 'dapo_config', 'drgrpo_config', 'gspo_config', 'rloo_co
 # log-probs for μ > 1 come from a forward pass of the rollout's weights at temperature (upstream:
 # the sampler's raw-logit log-probs or a stale anchor); DAPO's overlong penalty counts tokens and its
 # dynamic sampling really drops zero-variance groups (upstream: characters, and a no-op flag).
+# Adds rollout correction (engine -> trainer importance weights) and the RLOO, REINFORCE++ and CISPO presets.
 import dataclasses
 import time
 from typing import Callable, Optional, Sequence
