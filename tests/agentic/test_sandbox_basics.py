@@ -221,3 +221,11 @@ def test_a_cgroup_when_one_can_be_made_is_written_and_used(monkeypatch, tmp_path
     assert (group / "memory.max").read_text() == str(FAST.memory_mb << 20)
     assert (group / "pids.max").read_text() == str(FAST.processes + 2)
     assert int((group / "cgroup.procs").read_text()) > 0 and (group / "cgroup.kill").read_text() == "1"
+
+
+@needs_sandbox
+def test_the_result_says_which_backend_and_which_memory_bound_ran():
+    r = S.run_code("pass", FAST)
+    assert r.backend == ("bubblewrap" if S.find_bwrap() else "namespaces")
+    assert r.memory == ("cgroup" if S._Cgroup.parent() else "rlimit")
+    assert S.run_code("pass", FAST, backend="namespaces").backend == "namespaces"

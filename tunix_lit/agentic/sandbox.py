@@ -519,7 +519,10 @@ class _Cgroup:
                 enabled = open(os.path.join(d, "cgroup.subtree_control")).read().split()
             except OSError:
                 enabled = []
-            if {"memory", "pids"} <= set(enabled) and os.access(d, os.W_OK):
+            # we make the group here, and move the call's first process into it, which takes write access to
+            # cgroup.procs of the common ancestor: this directory
+            if {"memory", "pids"} <= set(enabled) and os.access(d, os.W_OK) \
+                    and os.access(os.path.join(d, "cgroup.procs"), os.W_OK):
                 return d
             if d == top:
                 return None
