@@ -494,7 +494,7 @@ if oom != "-":
 os.execv(sys.argv[4], sys.argv[4:])
 """.replace("MARK", _SETUP_FAILED)
 
-
+# %% ../../nbs/50b_sandbox.ipynb #334c8c0c
 class _Cgroup:
     """A cgroup v2 group for one call: memory.max (swap 0) and pids.max over everything the call starts."""
 
