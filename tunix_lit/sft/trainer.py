@@ -64,7 +64,7 @@ class TrainingConfig:
 
 # %% ../../nbs/60_peft_trainer.ipynb #fdc23314
 REQUIRED_KEYS = ("tokens", "loss_mask")
-OPTIONAL_KEYS = ("positions", "attention_mask")
+OPTIONAL_KEYS = ("positions", "attention_mask", "segment_ids")  # segment_ids: packed rows (chapter 16)
 
 
 def check_batch_keys(batch, required, optional=(), *, where: str = "batch", note: str = "") -> None:
@@ -90,14 +90,14 @@ def check_token_ids(batch: dict, key: str, *, where: str = "batch") -> None:
 
 
 def validate_batch(batch, max_seq_len: Optional[int] = None, *, where: str = "batch") -> dict:
-    """Check a batch dict (tokens/loss_mask [B, T], optional positions [B, T], attention_mask [B, T] or [B, T, T])."""
+    """Check a batch dict (tokens/loss_mask [B, T], optional positions/segment_ids [B, T], attention_mask [B, T] or [B, T, T])."""
     check_batch_keys(batch, REQUIRED_KEYS, OPTIONAL_KEYS, where=where)
     check_token_ids(batch, "tokens", where=where)
     B, T = np.shape(batch["tokens"])
     if max_seq_len is not None and T > max_seq_len:
         raise ValueError(f"{where} has sequence length {T}, longer than max_seq_len={max_seq_len}; "
                          "truncate or split the examples")
-    for key in ("loss_mask", "positions"):
+    for key in ("loss_mask", "positions", "segment_ids"):
         if key in batch and np.shape(batch[key]) != (B, T):
             raise ValueError(f"{where}[{key!r}] has shape {np.shape(batch[key])}, expected [batch, seq] = {(B, T)}")
     if "attention_mask" in batch and np.shape(batch["attention_mask"]) not in ((B, T), (B, T, T)):
