@@ -262,3 +262,54 @@ def test_agentic_dry_run_lists_every_object_with_tools_and_episode_settings_and_
     assert "none yet: starts at step 0" in built["checkpoints"]
     assert launch.trainer.step == 0 and not (tmp_path / "a" / "summary.json").exists()
     assert out.getvalue().rstrip().endswith("dry run: 14 objects built, no step taken")
+
+
+# --- SimPO, KTO, the reward model and GKD (chapters 63-65), and the GRPO presets rloo / reinforce_pp / cispo
+
+NEW_TINY = {"simpo": "dpo.train_problems=64", "kto": "kto.train_problems=64",
+            "reward": "reward_model.train_problems=64", "gkd": None}
+
+
+@pytest.mark.parametrize("name", list(NEW_TINY))
+def test_new_family_recipes_dry_run(name, tmp_path):
+    out = io.StringIO()
+    overrides = [f"run_dir={tmp_path / name}", "task.train_size=512", "task.heldout_size=64"] + \
+        ([NEW_TINY[name]] if NEW_TINY[name] else [])
+    launch = recipes.dry_run(resolve_recipe(RECIPES / f"{name}_tiny.yaml", overrides, environ={}), out=out)
+    built = [what for what, _ in launch.built]
+    assert built[0] == "mesh" and built[-1] == "checkpoints" and "cluster" not in built
+    expected = {"simpo": "DPOTrainer", "kto": "KTOTrainer", "reward": "RewardTrainer", "gkd": "GKDTrainer"}[name]
+    assert type(launch.trainer).__name__ == expected and launch.trainer.step == 0
+    assert ("reference" in built) == (name == "kto")
+
+
+@pytest.mark.parametrize("name,factory", [("rloo", "rloo_config"), ("reinforce_pp", "reinforce_pp_config"),
+                                          ("cispo", "cispo_config")])
+def test_grpo_presets_resolve_to_their_factories(name, factory):
+    import dataclasses
+
+    from tunix_lit import recipe_build
+    from tunix_lit.rl import grpo
+
+    r = resolve_recipe(None, [f"algorithm={name}"], environ={})
+    assert r.family == "rl"
+    want = getattr(grpo, factory)()
+    assert recipe_build._algo_config(r) == want
+    assert r["grpo"] == {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(want).items()}
+
+
+def test_new_sections_belong_to_their_algorithms():
+    with pytest.raises(ValueError, match="read by kto"):
+        resolve_recipe(None, ["algorithm=simpo", "kto.beta=0.2"], environ={})
+    with pytest.raises(ValueError, match="unknown key 'distill.alpha'"):
+        resolve_recipe(None, ["algorithm=gkd", "distill.alpha=0.5"], environ={})
+    assert resolve_recipe(None, ["algorithm=simpo"], environ={})["reference"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(NEW_TINY))
+def test_new_family_recipes_gain_five_points(name, tmp_path):
+    """As shipped: held-out accuracy (the reward model's: pairwise accuracy) gains at least 5 points."""
+    summary = recipes.run_recipe(resolve_recipe(RECIPES / f"{name}_tiny.yaml", [f"run_dir={tmp_path / name}"],
+                                                environ={}), progress_bar=False, out=io.StringIO())
+    assert summary["heldout_accuracy_after"] >= summary["heldout_accuracy_before"] + 0.05, summary

@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .recipe_schema import Recipe
+from .recipe_schema import GRPO_PRESETS, Recipe
 
 
 # %% ../nbs/71_recipe_build.ipynb #3b8e1092
@@ -205,6 +205,9 @@ def greedy_accuracy(launch: Launch, model) -> float:
     """Share of held-out rows whose greedy completion the accuracy function scores 1 (mean of its scores)."""
     import numpy as np
 
+    if "heldout_metric" in launch.extras:  # a launch whose model writes no text (a reward model): its own metric
+        return float(launch.extras["heldout_metric"](model))
+
     rows, fn = launch.heldout_rows, launch.accuracy_fn
     sampler = _sampler(launch, model)
     size, scores = launch.recipe["eval"]["batch_size"], []
@@ -276,9 +279,73 @@ def _pair_arrays(launch: Launch, rows: list) -> dict:
     return dpo.encode_preference_pairs(launch.tokenizer, [r["prompt"] for r in rows], [r["chosen"] for r in rows],
                                        [r["rejected"] for r in rows])
 
+# %% ../nbs/71_recipe_build.ipynb #5cd7ed0f
+def _label(value) -> int:
+    """A KTO label from a data file: true / 1 / 'desirable' -> 1, false / 0 / 'undesirable' -> 0."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "desirable", "yes"):
+        return 1
+    if text in ("0", "false", "undesirable", "no"):
+        return 0
+    raise ValueError(f"KTO label {value!r} is not one of true/false, 1/0, desirable/undesirable")
+
+
+def _build_kto(launch: Launch, optimizer, cfg) -> tuple[dict, dict]:
+    """KTO's unpaired rows (shuffled), the frozen reference, and the KTOTrainer; the train and held-out arrays."""
+    import numpy as np
+
+    from tunix_lit.sft import dpo
+
+    r, k = launch.recipe, launch.recipe["kto"]
+    rng = np.random.default_rng(k["seed"])
+    if launch.extras.get("arith") is not None and r["data"]["train"] is None:
+        n = min(k["train_problems"], len(launch.train_rows))
+        split = lambda pairs: [(p["prompt"], p["chosen"], 1) for p in pairs] + \
+                              [(p["prompt"], p["rejected"], 0) for p in pairs]
+        train = split(_arith_pairs(launch, launch.train_rows[:n], k["seed"]))
+        held = split(_arith_pairs(launch, launch.heldout_rows, k["seed"] + 1))
+        how = "each pair (right sum, the model's own wrong sum) split into a desirable and an undesirable row"
+    else:
+        rows = lambda rs: [(x["prompt"], str(x["completion"]), _label(x["label"])) for x in rs]
+        train, held, how = rows(launch.train_rows), rows(launch.heldout_rows), "from the data's label column"
+    train, held = [train[i] for i in rng.permutation(len(train))], [held[i] for i in rng.permutation(len(held))]
+    encode = lambda rows: dpo.encode_unpaired(launch.tokenizer, *zip(*rows))
+    launch.add("rows", f"{len(train):,} train / {len(held):,} held-out unpaired rows "
+                       f"({np.mean([x[2] for x in train]):.0%} desirable); {how}")
+    if r["reference"] != "actor":
+        raise ValueError(f"KTO needs reference: actor (a second load of the model), got {r['reference']!r}")
+    reference, _ = load_model(r["model"], launch.mesh, r["dtype"])
+    launch.add("reference", f"frozen second load of {r['model']}: {_describe(reference)}")
+    launch.trainer = dpo.KTOTrainer(launch.model, reference, optimizer, cfg, beta=k["beta"], lambda_d=k["lambda_d"],
+                                    lambda_u=k["lambda_u"], mesh=launch.mesh)
+    return encode(train), encode(held)
+
+
+def _build_reward(launch: Launch, optimizer, cfg, batch_size: int) -> tuple[dict, dict]:
+    """The reward model over a copy of the loaded decoder, its pairs, and the RewardTrainer; train and held-out arrays."""
+    from tunix_lit.sft import reward
+
+    r, s = launch.recipe, launch.recipe["reward_model"]
+    if launch.extras.get("arith") is not None and r["data"]["train"] is None:
+        n = min(s["train_problems"], len(launch.train_rows))
+        train = _arith_pairs(launch, launch.train_rows[:n], s["seed"])
+        held = _arith_pairs(launch, launch.heldout_rows, s["seed"] + 1)
+        how = "chosen = the right sum, rejected = the model's own wrong greedy sum (else a near miss)"
+    else:
+        train, held, how = launch.train_rows, launch.heldout_rows, "from the data's chosen / rejected columns"
+    launch.add("pairs", f"{len(train):,} train / {len(held):,} held-out preference pairs; {how}")
+    launch.model = reward.reward_model_from(launch.model, head_init_std=s["head_init_std"], seed=s["seed"])
+    launch.add("reward model", f"a copy of the decoder + a linear score head at the last real token "
+                               f"({_describe(launch.model.backbone)})")
+    launch.trainer = reward.RewardTrainer(launch.model, optimizer, cfg, center_coef=s["center_coef"], mesh=launch.mesh)
+    trainer = launch.trainer
+    launch.extras["heldout_metric"] = lambda model: trainer.evaluate(launch.extras["heldout_batches"])["accuracy"]
+    launch.add("metric", "held-out pairwise accuracy (a tie counts one half), reported as the held-out accuracy")
+    return _pair_arrays(launch, train), _pair_arrays(launch, held)
+
 # %% ../nbs/71_recipe_build.ipynb #e47a55ca
 def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) -> None:
-    """SFT / DPO-family / distillation: encoded batches, reference or teacher, and the trainer (chapters 60-64)."""
+    """SFT / preference family / reward model / distillation: encoded batches, reference or teacher, and the trainer (chapters 60-65)."""
     from tunix_lit.sft import dpo, distill
     from tunix_lit.sft import trainer as peft
 
@@ -288,7 +355,11 @@ def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) ->
     cfg = peft.TrainingConfig(**training, log_dir=str(run_dir), checkpoint_dir=str(run_dir / "checkpoints"),
                               progress_bar=progress_bar)
     tok, train, held = launch.tokenizer, launch.train_rows, launch.heldout_rows
-    if r.family == "dpo":
+    if r["algorithm"] == "kto":
+        arrays, held_arrays = _build_kto(launch, optimizer, cfg)
+    elif r["algorithm"] == "reward":
+        arrays, held_arrays = _build_reward(launch, optimizer, cfg, batch_size)
+    elif r.family == "dpo":
         if launch.extras.get("arith") is not None and r["data"]["train"] is None:
             n = min(r["dpo"]["train_problems"], len(train))
             train_pairs = _arith_pairs(launch, train[:n], r["dpo"]["seed"])
@@ -307,7 +378,7 @@ def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) ->
         d = r["dpo"]
         launch.trainer = dpo.DPOTrainer(launch.model, reference, optimizer, cfg, beta=d["beta"],
                                         loss_type=d["loss_type"], label_smoothing=d["label_smoothing"],
-                                        lambda_orpo=d["lambda_orpo"], mesh=launch.mesh)
+                                        lambda_orpo=d["lambda_orpo"], gamma=d["gamma"], mesh=launch.mesh)
     else:
         width = max(len(tok.encode(x["prompt"])) + len(tok.encode(str(x["answer"]), add_special_tokens=False)) + 1
                     for x in train + held)  # one width for both splits: one compiled step
@@ -322,9 +393,16 @@ def build_peft(launch: Launch, optimizer, training: dict, progress_bar: bool) ->
             teacher, _ = load_model(d["teacher"], launch.mesh, r["dtype"])
             launch.add("teacher", f"frozen {d['teacher']}: {_describe(teacher)}")
             launch.extras["teacher"] = teacher
-            launch.trainer = distill.DistillationTrainer(launch.model, teacher, optimizer, cfg,
-                                                         temperature=d["temperature"], alpha=d["alpha"],
-                                                         mesh=launch.mesh)
+            if r["algorithm"] == "gkd":  # on-policy: the student completes a share lmbda of the batches itself
+                g = launch.extras["algo"]
+                launch.trainer = distill.GKDTrainer(launch.model, teacher, optimizer, cfg, tokenizer=tok, beta=g.beta,
+                                                    lmbda=g.lmbda, temperature=g.temperature,
+                                                    sample_temperature=g.sample_temperature,
+                                                    max_new_tokens=g.max_new_tokens, seed=g.seed, mesh=launch.mesh)
+            else:
+                launch.trainer = distill.DistillationTrainer(launch.model, teacher, optimizer, cfg,
+                                                             temperature=d["temperature"], alpha=d["alpha"],
+                                                             mesh=launch.mesh)
     launch.extras["train_batches"] = batches(arrays, batch_size)
     launch.extras["heldout_batches"] = list(batches(held_arrays, min(batch_size, len(held)), cycle=False))
     launch.add("trainer", f"{type(launch.trainer).__name__}: trains {launch.trainer.trainable}, {cfg.max_steps} "
@@ -340,13 +418,23 @@ def _algo_config(r: Recipe):
         if a == "ppo":
             return ppo.PPOConfig(**r["ppo"])
         g = {k: tuple(v) if isinstance(v, list) else v for k, v in r["grpo"].items()}
-        return {"grpo": grpo.GRPOConfig, "dapo": grpo.dapo_config, "drgrpo": grpo.drgrpo_config,
-                "gspo": grpo.gspo_config}[a](**g)
+        return getattr(grpo, GRPO_PRESETS[a])(**g)
+    if a == "kto":
+        from tunix_lit.sft import dpo
+
+        k = r["kto"]
+        return dpo.KTOConfig(k["beta"], k["lambda_d"], k["lambda_u"])
     if r.family == "dpo":
         from tunix_lit.sft import dpo
 
         d = r["dpo"]
-        return dpo.DPOConfig(d["loss_type"], d["beta"], d["label_smoothing"], d["lambda_orpo"])
+        return dpo.DPOConfig(d["loss_type"], d["beta"], d["label_smoothing"], d["lambda_orpo"], d["gamma"])
+    if a == "gkd":
+        from tunix_lit.sft import distill
+
+        d = r["distill"]
+        return distill.GKDConfig(d["beta"], d["lmbda"], d["temperature"], d["sample_temperature"],
+                                 d["max_new_tokens"], d["seed"])
     if r.family == "distill":
         from tunix_lit.sft import distill
 
@@ -404,8 +492,13 @@ def build(recipe: Recipe, *, progress_bar: bool = True, log=None) -> Launch:
         launch.add("lora", f"rank {spec['rank']}, alpha {spec['alpha']}, base "
                            f"{spec.get('quantize') or 'not quantised'}: {lora.lora_param_count(launch.model):,} "
                            f"trainable parameters ({lora.base_param_count(launch.model):,} frozen)")
+    from_file = r["data"]["train"] is not None
     need = {"sft": ["prompt", "answer"], "distill": ["prompt", "answer"], "rl": ["prompt"],
-            "dpo": ["prompt"] if r["data"]["train"] is None else ["prompt", "chosen", "rejected"]}[r.family]
+            "dpo": ["prompt", "chosen", "rejected"] if from_file else ["prompt"]}[r.family]
+    if r["algorithm"] == "kto":  # unpaired rows: one completion and its label
+        need = ["prompt", "completion", "label"] if from_file else ["prompt"]
+    if r["algorithm"] == "reward":
+        need = ["prompt", "chosen", "rejected"] if from_file else ["prompt"]
     build_data(launch, need)
     build_rewards(launch, rewards=r.family == "rl")
     optimizer, text = make_optimizer(r["optimizer"])
