@@ -19,7 +19,7 @@ from tunix_lit.agentic import sandbox as T
 CI = os.environ.get("CI") == "true"
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker builds each module-scoped attack report once
 LIMITS = T.SandboxLimits(timeout_s=8, cpu_s=5, memory_mb=1024, file_mb=8, disk_mb=16, processes=16, output_chars=10**6)
-TAG = "tl-survivor"  # the name (PR_SET_NAME) every process of an escaping program takes
+TAG = f"tl-surv-{os.getpid() % 100000}"  # the name (PR_SET_NAME, 15 bytes at most) an escaping program takes: ours alone
 SECRET = "hf_tunix_lit_SECRET_TOKEN"
 MARKER = "tunix-lit-caller-marker"
 
