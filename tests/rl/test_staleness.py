@@ -127,6 +127,7 @@ class Replaying(GRPOLearner):
         return micro, m
 
 
+@pytest.mark.slow
 def test_experience_past_the_bound_is_dropped_and_counted():
     learner = make(config(1), Replaying)
     updates = []
@@ -155,3 +156,19 @@ def test_the_consumer_drops_micro_batches_past_the_bound_and_counts_them():
     got = learner._consume_step(q)
     assert learner.trainer.step == 1 and learner.policy_version == 4
     assert (got["metrics"]["staleness/dropped"], got["metrics"]["staleness/max"]) == (1.0, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("rollout_is_level" not in GRPOConfig.__dataclass_fields__, reason="needs GRPOConfig.rollout_is_level")
+def test_running_ahead_with_rollout_correction_weighs_every_update():
+    """Stale rows carry the trainer's old log-probs (version v) and the engine's; the correction's weights reach the loss."""
+    import dataclasses
+
+    model, tok = tiny.load()
+    algo = dataclasses.replace(ALGO, rollout_is_level="token")
+    learner = GRPOLearner(RLCluster(model, tok, rollout_config=ROLL), optax.adam(3e-3), config(1), algo,
+                          reward_fns=[arith.reward])
+    result = learner.train(DATA)
+    weight = [v for k, v in result.metrics.items() if k.endswith("rollout_is/weight_mean")]
+    assert result.step == 3 and weight and 0 < weight[0] <= algo.rollout_is_cap
+    assert max(learner.metrics.history("staleness/max")[1]) <= 1
