@@ -1,0 +1,66 @@
+"""The reward model (chapter 65): Bradley-Terry loss against NumPy, the score read at the last real token, a
+training step that separates a pair, and the learned reward read through the RL cluster's reward role."""
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from tunix_lit.models import tiny
+from tunix_lit.sft import dpo, reward
+from tunix_lit.sft import trainer as peft
+
+
+def bt_reference(w, l, m, c):
+    w, l, m = (np.asarray(x, np.float64) for x in (w, l, m))
+    return np.logaddexp(0.0, -(w - l - m)) + c * (w + l) ** 2
+
+
+@pytest.mark.parametrize("margin,center", [(None, 0.0), (0.7, 0.0), ("rows", 0.05)])
+def test_bradley_terry_loss_matches_numpy(margin, center):
+    rng = np.random.default_rng(0)
+    w, l = rng.normal(size=10) * 2, rng.normal(size=10) * 2
+    m = rng.random(10) if margin == "rows" else margin
+    got = reward.bradley_terry_loss(jnp.asarray(w), jnp.asarray(l), m, center_coef=center)
+    assert got.dtype == jnp.float32 and got.shape == (10,)
+    np.testing.assert_allclose(np.asarray(got), bt_reference(w, l, 0.0 if m is None else m, center), rtol=1e-5, atol=1e-6)
+
+
+def test_pairwise_accuracy_counts_a_tie_as_half():
+    assert float(reward.pairwise_accuracy(jnp.asarray([1.0, 0.0, 2.0, 5.0]), jnp.asarray([0.0, 1.0, 2.0, 4.0]))) == 0.625
+
+
+@pytest.fixture(scope="module")
+def lm_and_tok():
+    return tiny.load()
+
+
+def test_score_is_read_at_the_last_real_token_whatever_the_padding(lm_and_tok):
+    lm, tok = lm_and_tok
+    rm = reward.reward_model_from(lm, head_init_std=0.05, seed=3)
+    ids = tok.encode("12+34=") + tok.encode("46", add_special_tokens=False) + [tok.eos_id]
+    alone = float(rm(jnp.asarray([ids]))[0])
+    p = tok.pad_id
+    padded = rm(jnp.asarray([[p] + ids + [p, p], ids + [p, p, p]]), attention_mask=jnp.asarray(
+        [[0] + [1] * len(ids) + [0, 0], [1] * len(ids) + [0, 0, 0]]))
+    np.testing.assert_allclose(np.asarray(padded), [alone, alone], rtol=1e-4, atol=1e-5)
+    assert abs(alone) > 1e-4  # a non-zero head: the check compares real numbers
+    assert float(reward.reward_model_from(lm)(jnp.asarray([ids]))[0]) == 0.0  # the default head starts at zero
+
+
+def test_training_separates_the_pair_and_the_cluster_role_scores_with_it(lm_and_tok):
+    from tunix_lit.rl.cluster import RLCluster, RolloutConfig
+
+    lm, tok = lm_and_tok
+    batch = dpo.encode_preference_pairs(tok, ["12+34=", "50+7="], ["46", "57"], ["45", "67"])
+    t = reward.RewardTrainer(reward.reward_model_from(lm), optax.adam(1e-3),
+                             peft.TrainingConfig(max_steps=8, log_every_n_steps=8, progress_bar=False))
+    before = t.evaluate([batch])
+    t.train(iter([batch] * 8))
+    after = t.evaluate([batch])
+    assert abs(before["accuracy"] - 0.5) < 1e-6 and after["accuracy"] == 1.0 and after["loss"] < before["loss"]
+    cluster = RLCluster(lm, tok, reward_model=t.model, rollout_config=RolloutConfig(max_new_tokens=4, max_prompt_length=8))
+    fn = reward.learned_reward(cluster, batch_size=4)
+    scores = fn(["12+34=", "12+34=", "50+7="], ["46", "45", "57"])
+    assert len(scores) == 3 and scores[0] > scores[1]
+    with pytest.raises(ValueError, match="no reward model"):
+        reward.learned_reward(RLCluster(tiny.load()[0], tok))
