@@ -42,6 +42,7 @@ def test_generalized_jsd_is_zero_on_equal_logits_and_rejects_a_bad_beta():
         distill.generalized_jsd(z, z, 1.5)
 
 
+@pytest.mark.slow  # compiles the tiny model (and a train step): 15-30 s on 2 CPU cores
 def test_on_policy_batch_keeps_prompts_and_shape_and_the_step_trains():
     from tunix_lit.models import tiny
     from tunix_lit.recipe_build import encode_sft

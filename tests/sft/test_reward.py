@@ -34,6 +34,7 @@ def lm_and_tok():
     return tiny.load()
 
 
+@pytest.mark.slow  # compiles the tiny model (and a train step): 15-30 s on 2 CPU cores
 def test_score_is_read_at_the_last_real_token_whatever_the_padding(lm_and_tok):
     lm, tok = lm_and_tok
     rm = reward.reward_model_from(lm, head_init_std=0.05, seed=3)
@@ -47,6 +48,7 @@ def test_score_is_read_at_the_last_real_token_whatever_the_padding(lm_and_tok):
     assert float(reward.reward_model_from(lm)(jnp.asarray([ids]))[0]) == 0.0  # the default head starts at zero
 
 
+@pytest.mark.slow  # compiles the tiny model (and a train step): 15-30 s on 2 CPU cores
 def test_training_separates_the_pair_and_the_cluster_role_scores_with_it(lm_and_tok):
     from tunix_lit.rl.cluster import RLCluster, RolloutConfig
 
