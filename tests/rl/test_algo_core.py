@@ -126,8 +126,8 @@ def test_bad_group_size_and_shape_are_errors():
 def test_registry_misses_name_the_choices():
     with pytest.raises(ValueError) as err:
         ac.get_advantage_estimator("gea")
-    assert str(err.value) == "unknown advantage estimator 'gea' (did you mean 'gae'?); choose one of: drgrpo, gae, grpo, rloo"
-    with pytest.raises(ValueError, match=r"unknown policy loss 'reinforce'; choose one of: grpo, gspo-token, ppo"):
+    assert str(err.value) == "unknown advantage estimator 'gea' (did you mean 'gae'?); choose one of: drgrpo, gae, grpo, reinforce_pp, rloo"
+    with pytest.raises(ValueError, match=r"unknown policy loss 'reinforce'; choose one of: cispo, grpo, gspo-token, ppo"):
         ac.get_policy_loss("reinforce")
 
 
