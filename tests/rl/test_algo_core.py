@@ -126,7 +126,7 @@ def test_bad_group_size_and_shape_are_errors():
 def test_registry_misses_name_the_choices():
     with pytest.raises(ValueError) as err:
         ac.get_advantage_estimator("gea")
-    assert str(err.value) == "unknown advantage estimator 'gea' (did you mean 'gae'?); choose one of: drgrpo, gae, grpo, reinforce_pp, rloo"
+    assert str(err.value) == "unknown advantage estimator 'gea' (did you mean 'gae'?); choose one of: drgrpo, gae, grpo, reinforce_pp, rloo (aliases: reinforce_plus_plus_baseline)"
     with pytest.raises(ValueError, match=r"unknown policy loss 'reinforce'; choose one of: cispo, grpo, gspo-token, ppo"):
         ac.get_policy_loss("reinforce")
 
