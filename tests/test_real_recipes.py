@@ -95,11 +95,12 @@ def _seed_tool():
 
 
 def test_split_scores_by_hand():
-    completions = [" 17", "17\n", "Seventeen", "17 + 1", " 15", "x"]
+    completions = [" 17", "17\n", "Seventeen", "17 + 1", " 15", "x", "27"]
     got = _seed_tool().split_scores([{"completion": c, "answer": "17"} for c in completions])
-    # in format (one integer, whitespace aside): " 17", "17\n", " 15"; the grader's right: " 17", "17\n", "17 + 1"
-    assert got == pytest.approx({"accuracy": 3 / 6, "in_format": 3 / 6, "correct_in_format": 2 / 3,
-                                 "correct_outside_format": 1 / 6})
+    # in format (one integer, whitespace aside): " 17", "17\n", " 15", "27"; the grader's right: " 17", "17\n",
+    # "17 + 1"; the wrong ones in format miss by 2 and by 10 (a tens digit)
+    assert got == pytest.approx({"accuracy": 3 / 7, "in_format": 4 / 7, "correct_in_format": 2 / 4,
+                                 "correct_outside_format": 1 / 7, "wrong_in_format_off_by_ten": 1 / 2})
     assert _seed_tool().split_scores([{"completion": "no", "answer": "1"}])["correct_in_format"] is None
 
 

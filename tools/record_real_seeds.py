@@ -59,9 +59,12 @@ def split_scores(rows: list) -> dict:
     fmt = [bool(BARE_INTEGER.fullmatch(r["completion"])) for r in rows]
     right = [real_sums.answer_of(r["completion"]) == int(r["answer"]) for r in rows]
     n_fmt = sum(fmt)
+    # a wrong bare number off by exactly ten: the units digit right, the tens digit not
+    misses = [abs(int(r["completion"]) - int(r["answer"])) for r, f, g in zip(rows, fmt, right) if f and not g]
     return {"accuracy": sum(right) / len(rows), "in_format": n_fmt / len(rows),
             "correct_in_format": (sum(f and g for f, g in zip(fmt, right)) / n_fmt) if n_fmt else None,
-            "correct_outside_format": sum(g and not f for f, g in zip(fmt, right)) / len(rows)}
+            "correct_outside_format": sum(g and not f for f, g in zip(fmt, right)) / len(rows),
+            "wrong_in_format_off_by_ten": (sum(m == 10 for m in misses) / len(misses)) if misses else None}
 
 
 def evaluations(log: Path, size: int) -> list:
@@ -120,7 +123,7 @@ def summarise(runs: list) -> dict:
     """Mean and range over the seeds of every figure a reader is shown."""
     out = {}
     for when in ("before", "after"):
-        for key in ("accuracy", "in_format", "correct_in_format", "correct_outside_format"):
+        for key in ("accuracy", "in_format", "correct_in_format", "correct_outside_format", "wrong_in_format_off_by_ten"):
             out[f"{when}_{key}"] = spread([r[when][key] for r in runs])
     out["train_seconds"] = spread([r["train_seconds"] for r in runs])
     out["gain"] = spread([r["after"]["accuracy"] - r["before"]["accuracy"] for r in runs])
@@ -135,11 +138,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "recipes" / "results" / "real_seeds_cpu.json")
     p.add_argument("--summarise", action="store_true", help="re-derive the summaries from the stored runs only")
     a = p.parse_args(argv)
-    record = json.loads(a.out.read_text()) if a.out.exists() else {"recipes": {}}
+    load = lambda: json.loads(a.out.read_text()) if a.out.exists() else {"recipes": {}}
+    record = load()
     for name in a.names:
-        entry = record["recipes"].setdefault(name, {"runs": []})
         for seed in a.seeds:
             run = run_seed(name, seed, a.set)
+            record = load()  # read again: another recording may have written the file during this run
+            entry = record["recipes"].setdefault(name, {"runs": []})
             entry["runs"] = [r for r in entry["runs"] if r["seed"] != seed] + [run]
             entry["runs"].sort(key=lambda r: r["seed"])
             entry.update(recipe=f"recipes/{name}.yaml", recipe_sha256=recipe_hashes(name))
