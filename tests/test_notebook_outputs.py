@@ -51,6 +51,13 @@ def test_hash_sees_code_edits_and_ignores_prose(tmp_path):
     # moving a line into a new cell changes the hash too (cell boundaries matter to outputs)
     split = {"cells": [{"cell_type": "code", "source": "x = 1"}, {"cell_type": "code", "source": "x"}], "metadata": {}}
     assert run_notebook.code_hash(split) != before
+    # a cell that never runs (`#| eval: false`) stores no output: editing it leaves the outputs current
+    nb["cells"].append({"cell_type": "code", "source": "#| eval: false\nnbdev_export()"})
+    after = run_notebook.code_hash(nb)
+    nb["cells"][-1]["source"] = "#| eval: false\nif 'google.colab' not in sys.modules:\n    nbdev_export()"
+    assert run_notebook.code_hash(nb) == after
+    nb["cells"][-1]["source"] = "nbdev_export()"  # the same cell made to run is code the outputs come from
+    assert run_notebook.code_hash(nb) != after
 
 
 def test_a_stamped_notebook_goes_stale_when_a_cell_is_edited(tmp_path):

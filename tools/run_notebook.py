@@ -27,10 +27,13 @@ _EVAL_FALSE = re.compile(r"^\s*#\s*\|\s*eval\s*:\s*false\s*$", re.MULTILINE)
 
 
 def code_sources(nb) -> list:
-    """The code cells' sources, in order, with trailing whitespace removed from each line."""
+    """The sources of the code cells that run, in order, with trailing whitespace removed from each line.
+
+    A `#| eval: false` cell (the closing export, say) never runs here and stores no output, so the outputs do
+    not come from it: editing it leaves the stored outputs current."""
     out = []
     for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
+        if cell["cell_type"] != "code" or is_skipped(cell):
             continue
         source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
         out.append("\n".join(line.rstrip() for line in source.strip().splitlines()))
