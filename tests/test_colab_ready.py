@@ -218,3 +218,12 @@ def test_make_ready_guards_the_export_cell_which_colab_then_skips(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "skipped", out.stderr
     off_colab = code.replace("sys.modules['google.colab'] = types.ModuleType('google.colab')\n", "")
     assert subprocess.run([sys.executable, "-c", off_colab], capture_output=True, timeout=60).returncode != 0  # it ran
+
+
+def test_an_unguarded_export_cell_is_a_problem():
+    """Colab runs the closing export cell too: the static check finds one that would fail there without nbdev."""
+    bare = "#| hide\n#| eval: false\nfrom nbdev import nbdev_export\nnbdev_export()"
+    problems = colab_ready.check_notebook(_nb(*READY, ("code", bare)))
+    assert any("nbdev_export unguarded" in p for p in problems), problems
+    guarded = colab_ready.check_notebook(_nb(*READY, ("code", colab_ready.EXPORT_CELL)))
+    assert not any("nbdev_export" in p for p in guarded), guarded

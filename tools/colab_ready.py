@@ -399,6 +399,10 @@ def check_notebook(nb: dict) -> list:
                     problems.append(f"cell {i}: relative image path {m.group(2)!r} (does not load from Colab)")
     for i, c in code:
         problems += [f"cell {i}: hard-coded {p}" for p in device_problems(_source(c))]
+        if re.search(r"^\s*nbdev_export\(", _source(c), re.M) and INSTALL_MARKER.replace(
+                " in ", " not in ") not in _source(c):
+            problems.append(f"cell {i}: calls nbdev_export unguarded (Colab runs it without nbdev; "
+                            "python tools/colab_ready.py guards it)")
     if installs:
         problems += package_problems(nb)
     first_load, setting = None, None
