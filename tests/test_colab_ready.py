@@ -190,9 +190,9 @@ def test_the_install_cell_clones_from_where_the_environment_says():
     assert 'os.environ.get("TUNIX_LIT_COLAB_REPO", "/content/tunix-from-the-inside")' in src
 
 
-# Notebooks whose first cell does not yet install a package they import; a file its owner fixes with
-# `python tools/colab_ready.py --extra PACKAGE nbs/NAME.ipynb`, then removes from here (strict: a fixed one fails).
-PENDING_INSTALLS = {"11_tokenizer", "12_loader", "16_datasets", "21_rl_cluster", "41_weight_sync"}
+# Notebooks whose first cell does not yet install a package they import (none now); a file is fixed with
+# `python tools/colab_ready.py --extra PACKAGE nbs/NAME.ipynb` and then leaves this set (strict: a fixed one fails).
+PENDING_INSTALLS: set = set()
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
