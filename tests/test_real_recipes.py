@@ -95,12 +95,12 @@ def _seed_tool():
 
 
 def test_split_scores_by_hand():
-    completions = [" 17", "17\n", "Seventeen", "17 + 1", " 15", "x", "27"]
+    completions = [" 17", "17\n", "Seventeen", "17 + 1", " 15", "x", "27.", " 17."]
     got = _seed_tool().split_scores([{"completion": c, "answer": "17"} for c in completions])
-    # in format (one integer, whitespace aside): " 17", "17\n", " 15", "27"; the grader's right: " 17", "17\n",
-    # "17 + 1"; the wrong ones in format miss by 2 and by 10 (a tens digit)
-    assert got == pytest.approx({"accuracy": 3 / 7, "in_format": 4 / 7, "correct_in_format": 2 / 4,
-                                 "correct_outside_format": 1 / 7, "wrong_in_format_off_by_ten": 1 / 2})
+    # in format (one integer, whitespace or a closing full stop aside): " 17", "17\n", " 15", "27.", " 17."; the
+    # grader's right: " 17", "17\n", "17 + 1", " 17."; the wrong ones in format miss by 2 and by 10 (a tens digit)
+    assert got == pytest.approx({"accuracy": 4 / 8, "in_format": 5 / 8, "correct_in_format": 3 / 5,
+                                 "correct_outside_format": 1 / 8, "wrong_in_format_off_by_ten": 1 / 2})
     assert _seed_tool().split_scores([{"completion": "no", "answer": "1"}])["correct_in_format"] is None
 
 
@@ -138,3 +138,13 @@ def test_the_seed_record_agrees_with_its_runs_and_recipes():
         assert s["after_accuracy"]["n"] == len(after)
         assert s["after_accuracy"]["mean"] == pytest.approx(sum(after) / len(after))
         assert (s["after_accuracy"]["min"], s["after_accuracy"]["max"]) == (min(after), max(after))
+
+
+def test_only_whole_held_out_evaluations_are_kept(tmp_path, monkeypatch):
+    tool = _seed_tool()
+    monkeypatch.setenv(tool.LOG_ENV, str(tmp_path / "eval.jsonl"))
+    tool.accuracy(["a", "b"], [" 1", " 2"], ["1", "3"])  # the held-out set, before training
+    tool.accuracy(["x", "a"], [" 5", " 1"], ["5", "1"])  # an RL step's training rollouts: not an evaluation
+    tool.accuracy(["a", "b"], [" 1", " 3"], ["1", "3"])  # the held-out set, after training
+    evals = tool.evaluations(tmp_path / "eval.jsonl", ["a", "b"])
+    assert [tool.split_scores(e)["accuracy"] for e in evals] == [0.5, 1.0]

@@ -11,7 +11,8 @@ walks its batches in file order and the LoRA adapters start from a fixed key, so
 Each run's held-out greedy completions, before and after training, are caught by `accuracy` below, which the
 run is told to use in place of the recipe's own (it scores exactly as `recipes/real_sums.py:accuracy` does and
 also appends every completion to a log). From them the record splits accuracy into two parts a reader can
-interpret: the share of answers in the expected format (the completion is one integer and nothing else), and
+interpret: the share of answers in the expected format (the completion is one integer and nothing else but
+whitespace or a closing full stop), and
 the share correct among those. Everything lands in `recipes/results/real_seeds_cpu.json` (`--out` to change):
 per seed, before / after accuracy, format share, correct-among-formatted, train and wall seconds, a few
 held-out samples; per recipe, mean and range over seeds.
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT / "recipes"))
 from record_runs import recipe_hashes  # noqa: E402
 
 LOG_ENV = "TUNIX_LIT_EVAL_LOG"
-BARE_INTEGER = re.compile(r"\s*-?\d+\s*")  # the expected format: one integer, whitespace aside
+BARE_INTEGER = re.compile(r"\s*-?\d+\.?\s*")  # the expected format: one integer (a closing full stop allowed)
 SAMPLE_ROWS = 6  # held-out samples kept per seed
 
 
@@ -45,10 +46,10 @@ def accuracy(prompts, completions, answer, **_):
 
     scores = real_sums.accuracy(prompts, completions, answer)
     path = os.environ.get(LOG_ENV)
-    if path:
+    if path:  # one line per call: RL also calls it on each step's training rollouts, which evaluations() skips
         with open(path, "a") as f:
-            for p, c, a in zip(prompts, completions, answer):
-                f.write(json.dumps({"prompt": p, "completion": c, "answer": str(a)}) + "\n")
+            f.write(json.dumps([{"prompt": p, "completion": c, "answer": str(a)}
+                                for p, c, a in zip(prompts, completions, answer)]) + "\n")
     return scores
 
 
@@ -60,17 +61,18 @@ def split_scores(rows: list) -> dict:
     right = [real_sums.answer_of(r["completion"]) == int(r["answer"]) for r in rows]
     n_fmt = sum(fmt)
     # a wrong bare number off by exactly ten: the units digit right, the tens digit not
-    misses = [abs(int(r["completion"]) - int(r["answer"])) for r, f, g in zip(rows, fmt, right) if f and not g]
+    misses = [abs(real_sums.answer_of(r["completion"]) - int(r["answer"])) for r, f, g in zip(rows, fmt, right)
+              if f and not g]
     return {"accuracy": sum(right) / len(rows), "in_format": n_fmt / len(rows),
             "correct_in_format": (sum(f and g for f, g in zip(fmt, right)) / n_fmt) if n_fmt else None,
             "correct_outside_format": sum(g and not f for f, g in zip(fmt, right)) / len(rows),
             "wrong_in_format_off_by_ten": (sum(m == 10 for m in misses) / len(misses)) if misses else None}
 
 
-def evaluations(log: Path, size: int) -> list:
-    """The logged completions cut into whole held-out evaluations of `size` rows, in the order they ran."""
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    return [rows[i:i + size] for i in range(0, len(rows) - size + 1, size)]
+def evaluations(log: Path, held_prompts: list) -> list:
+    """The logged calls that scored the whole held-out set (its prompts, in its order), in the order they ran."""
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return [rows for rows in calls if [r["prompt"] for r in rows] == held_prompts]
 
 
 def run_seed(name: str, seed: int, overrides: list) -> dict:
@@ -81,7 +83,8 @@ def run_seed(name: str, seed: int, overrides: list) -> dict:
     recipe = yaml.safe_load(recipe_path.read_text())
     train_file = recipe_path.parent / recipe["data"]["train"]
     held_file = recipe_path.parent / recipe["data"]["heldout"]
-    size = sum(1 for _ in held_file.open())
+    held_prompts = [json.loads(line)["prompt"] for line in held_file.read_text().splitlines()]
+    size = len(held_prompts)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         rows = train_file.read_text().splitlines()
@@ -98,7 +101,7 @@ def run_seed(name: str, seed: int, overrides: list) -> dict:
         subprocess.run(cmd, check=True, cwd=ROOT, env=env)
         wall = time.perf_counter() - start
         summary = json.loads((tmp / "run" / "summary.json").read_text())
-        evals = evaluations(tmp / "eval.jsonl", size)
+        evals = evaluations(tmp / "eval.jsonl", held_prompts)
     before, after = evals[0], evals[-1]
     picks = random.Random(1234).sample(range(size), SAMPLE_ROWS)  # the same rows for every seed
     return {"seed": seed, "overrides": [s for s in sets if not s.startswith(("data.train", "reward.accuracy"))]
