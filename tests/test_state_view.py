@@ -108,7 +108,7 @@ def test_the_sampler_takes_flat_weights_and_refuses_a_wrong_shape():
         sampler.set_arrays(wrong)
 
 
-@pytest.mark.parametrize("measure_gap", [True, False])
+@pytest.mark.parametrize("measure_gap", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_steady_grpo_steps_walk_no_module_graph(monkeypatch, measure_gap):
     from tunix_lit.rl.cluster import RLCluster, RolloutConfig
     from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner

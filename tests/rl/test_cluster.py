@@ -40,8 +40,10 @@ def one_grpo_step(cluster, steps=1):
     return learner
 
 
-@pytest.mark.parametrize("use_lora", [False, True])
-@pytest.mark.parametrize("apart", [False, True])
+# the plain colocated case and the apart-with-LoRA case run by default; the two mixed cases with -m slow
+@pytest.mark.parametrize("apart,use_lora", [(False, False), (True, True),
+                                            pytest.param(False, True, marks=pytest.mark.slow),
+                                            pytest.param(True, False, marks=pytest.mark.slow)])
 def test_after_a_step_rollout_equals_actor_and_reference_is_unchanged(apart, use_lora):
     mesh_a, mesh_b = meshes()
     model, tok = tiny.load(mesh_a)
