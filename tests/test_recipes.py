@@ -155,7 +155,8 @@ def tiny_gemma(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("name", ["gemma3_1b_grpo_gsm8k", "gemma3_1b_qlora"])
+# the GRPO recipe by default; the QLoRA one (17 s, the same loader and family) with -m slow
+@pytest.mark.parametrize("name", ["gemma3_1b_grpo_gsm8k", pytest.param("gemma3_1b_qlora", marks=pytest.mark.slow)])
 def test_real_model_recipes_dry_run_on_a_tiny_checkpoint_of_the_family(name, tiny_gemma, tmp_path):
     import jax
 

@@ -282,6 +282,7 @@ def test_a_cluster_promised_to_a_donating_learner_refuses_one_that_samples_durin
     one.close()
 
 
+@pytest.mark.slow  # 21 s; the default run checks donation by test_a_skipped_sync_after_a_donating_update_fails_naming_the_sync
 def test_a_donating_full_fine_tune_trains_exactly_like_one_that_does_not(monkeypatch):
     """Full parameters, colocated, reference='actor', β > 0, one mini-batch a step: the donating learner consumes
     the actor's old buffers, keeps the reference intact and ends with the same parameters and metrics as a
@@ -331,6 +332,7 @@ def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
     assert max(float(np.abs(b).max()) for b in jax.tree.leaves(g_full)) > 0  # a loss that moves the weights
 
 
+@pytest.mark.slow  # 19 s; the default run keeps test_the_grpo_loss_with_shared_prompts_equals_the_full_pass
 def test_prompt_once_off_gives_the_same_loss_from_a_program_with_half_the_layers():
     """prompt_once=False runs every row whole: the same loss and gradient as the shared pass, from a train-step
     program with fewer matrix products (the shared pass holds each layer twice)."""

@@ -234,6 +234,7 @@ def test_a_short_run_lowers_the_value_loss_and_checkpoints_the_critic(tmp_path):
     again.close()
 
 
+@pytest.mark.slow  # 19 s; the default run checks the actor's donation in tests/rl/test_learner.py
 def test_the_critic_donates_only_when_every_value_is_read_before_the_update():
     """One mini-batch a step: the critic's first update consumes its starting buffers (donated), and the run goes
     on (the producer reads the critic's new arrays next step). Two mini-batches: no promise, no donation."""

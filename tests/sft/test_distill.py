@@ -99,6 +99,7 @@ def test_soft_loss_gradient_matches_closed_form_and_finite_differences():
     np.testing.assert_allclose(grad, numeric, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.slow  # 16 s; the default run checks the loss against NumPy and a short run lowers the KL
 def test_teacher_in_the_step_equals_precomputed_teacher_logits():
     """Teacher run by the trainer (2 stacked micro-batches) and precomputed teacher_logits give the same update."""
     teacher = create_model(CFG, seed=7)

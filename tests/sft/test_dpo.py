@@ -171,6 +171,7 @@ def test_loss_fn_is_the_sum_of_the_rule_over_pairs_with_reference_free_default()
     assert float(out.metrics["logps/margin"]) == pytest.approx(float((lp["chosen"] - lp["rejected"]).mean()), rel=1e-5)
 
 
+@pytest.mark.slow  # 16 s; the default run checks the reference path against NumPy and finite differences
 def test_reference_model_and_precomputed_reference_give_the_same_update():
     """A trainer with a ref model (2 micro-batches, stacked [A, B] reference) equals one fed precomputed log-probs."""
     batch = random_pairs(seed=7, B=4)

@@ -211,6 +211,7 @@ def test_extra_metrics_average_over_micro_batches_except_max_ones():
     assert row["first_max"] == pytest.approx(max(-f for f in firsts), rel=1e-6)  # negative values: -inf start, not 0
 
 
+@pytest.mark.slow  # 15 s; the default run drives the step through train() in every other trainer test
 def test_apply_update_twice_equals_two_train_steps():
     """Driving the step by hand gives the same parameters and losses as `train` on the same batches."""
     batches = make_batches(4, ragged=True, seed=5)
