@@ -1,7 +1,8 @@
 """Rollout correction where it matters: GRPO on the tiny world with an engine k steps stale, with and without
 chapter 30's importance weights; several seeds each; one JSON record.
 
-    python benchmarks/rollout_correction.py --stale 4 --steps 150 --seeds 0 1 2 --out benchmarks/results/rollout_correction.json
+    python benchmarks/rollout_correction.py --stale 8 --steps 300 --seeds 0 1 2 --jobs 12 \
+        --arms fresh stale stale_corrected stale_corrected_sequence_truncate_2 --out benchmarks/results/rollout_correction.json
 
 The engine samples with the weights of k syncs ago (a learner whose `sync_rollout` hands the engine an old
 snapshot of the actor), so its log-probs are a different policy's. Arms, each on a fresh copy of the embedded
@@ -9,12 +10,17 @@ default with the same data and settings:
 
 - `fresh`: the engine gets every sync (k = 0), the reference line;
 - `stale`: k syncs behind, and the loss treats the samples as its own (no correction);
-- `stale_corrected`: k syncs behind, `GRPOConfig(rollout_is_level=..., rollout_is_mode=..., rollout_is_cap=...)`:
-  each token's policy term weighted by exp(trainer log-prob − engine log-prob), truncated or masked.
+- `stale_corrected`: k syncs behind, `GRPOConfig(rollout_is_level=..., rollout_is_mode=..., rollout_is_cap=...)`
+  from `--level/--mode/--cap`: each token's policy term weighted by exp(trainer log-prob − engine log-prob),
+  truncated or masked;
+- `stale_corrected_<level>_<mode>_<cap>` (e.g. `stale_corrected_sequence_truncate_2`): the same with its own
+  correction, so that several corrections run beside one another on the same seeds.
 
-Each run records held-out accuracy (greedy, 256 two-digit sums) before and after, the training reward over the
-first and last ten steps, the mean log-prob gap and the rollout weights' statistics; the record keeps every run
-and each arm's mean and range over seeds, with the machine it ran on.
+Every arm shares every other setting. Each run records held-out accuracy (greedy, 256 two-digit sums) before and
+after training (after: the trainer's current weights, synced to the engine for the evaluation), the training reward
+over the first and last ten steps, the mean log-prob gap and the rollout weights' statistics; the record keeps every
+run and each arm's mean and range over seeds, with the machine it ran on. With `--out` the record is rewritten as
+each run ends, so a run cut short keeps what finished.
 """
 
 import argparse
@@ -68,6 +74,27 @@ class StaleEngineLearner(GRPOLearner):
                                                                        cluster.synced_bytes + report.bytes_moved, report)
         return report.bytes_moved
 
+    def sync_current(self) -> int:
+        """Give the engine the actor's current weights (for an evaluation of what the trainer holds)."""
+        return super().sync_rollout()
+
+
+def arm_correction(arm: str, args) -> tuple:
+    """(level, mode, cap) of `arm`'s rollout correction; level None for an uncorrected arm."""
+    if arm in ("fresh", "stale"):
+        return None, args.mode, args.cap
+    if arm == "stale_corrected":
+        return args.level, args.mode, args.cap
+    parts = arm.split("_")
+    if len(parts) == 5 and parts[:2] == ["stale", "corrected"] and parts[2] in ("token", "sequence") \
+            and parts[3] in ("truncate", "mask"):
+        try:
+            return parts[2], parts[3], float(parts[4])
+        except ValueError:
+            pass
+    raise ValueError(f"unknown arm {arm!r}: fresh, stale, stale_corrected or stale_corrected_<token|sequence>_"
+                     f"<truncate|mask>_<cap>")
+
 
 def accuracy(prompts, completions, answer, **_):
     """1 when the completion's leading integer is the answer."""
@@ -83,20 +110,21 @@ def run(arm: str, seed: int, args) -> dict:
     cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=8, max_prompt_length=8,
                                                                  temperature=1.0, seed=seed))
     cfg = RLTrainingConfig(batch_size=args.batch_size, max_steps=args.steps, progress_bar=False, seed=seed)
-    corrected = arm == "stale_corrected"
-    algo = GRPOConfig(num_generations=8, beta=0.0,
-                      rollout_is_level=args.level if corrected else None, rollout_is_mode=args.mode,
-                      rollout_is_cap=args.cap)
+    level, mode, cap = arm_correction(arm, args)
+    algo = GRPOConfig(num_generations=args.num_generations, beta=0.0,
+                      rollout_is_level=level, rollout_is_mode=mode, rollout_is_cap=cap)
     learner = StaleEngineLearner(cluster, optax.adam(args.learning_rate), cfg, algo, reward_fns=[arith.reward],
                                  metric_fns=[accuracy], stale=0 if arm == "fresh" else args.stale)
     before = learner.evaluate(heldout)["accuracy"]
     t0 = time.perf_counter()
     learner.train(itertools.cycle(train_rows))
     seconds = time.perf_counter() - t0
+    learner.sync_current()  # a stale engine still holds old weights: evaluate what the trainer learned
     after = learner.evaluate(heldout)["accuracy"]
     hist = lambda name: learner.metrics.history(name)[1]
     reward, gap = hist("rewards/mean"), [g for g in hist("rollout_logp_gap") if g is not None]
-    out = {"arm": arm, "seed": seed, "heldout_before": before, "heldout_after": after,
+    out = {"arm": arm, "seed": seed, "correction": None if level is None else {"level": level, "mode": mode, "cap": cap},
+           "heldout_before": before, "heldout_after": after,
            "reward_first10": float(np.mean(reward[:10])), "reward_last10": float(np.mean(reward[-10:])),
            "logp_gap_max_mean": float(np.mean(gap)) if gap else None, "train_seconds": round(seconds, 1)}
     for name in ("actor/rollout_is/weight_mean", "actor/rollout_is/capped_frac"):
@@ -110,10 +138,11 @@ def run(arm: str, seed: int, args) -> dict:
 def summarise(runs: list) -> dict:
     """Each arm's mean and range over seeds of the figures the prose quotes."""
     out = {}
+    runs = [{**r, "heldout_gain": r["heldout_after"] - r["heldout_before"]} for r in runs]
     for arm in dict.fromkeys(r["arm"] for r in runs):
         rs = [r for r in runs if r["arm"] == arm]
         row = {"seeds": len(rs)}
-        for key in ("heldout_after", "reward_last10"):
+        for key in ("heldout_after", "reward_last10", "heldout_gain"):
             vals = [r[key] for r in rs]
             row[key] = {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "max": float(np.max(vals))}
         row["heldout_gain_mean"] = float(np.mean([r["heldout_after"] - r["heldout_before"] for r in rs]))
@@ -122,6 +151,11 @@ def summarise(runs: list) -> dict:
             if vals:
                 row[key.replace("rollout_is/", "is_")] = float(np.mean(vals))
         out[arm] = row
+    if "fresh" in out and "stale" in out:  # the share of the staleness's cost that each correction won back
+        lost = out["fresh"]["heldout_after"]["mean"] - out["stale"]["heldout_after"]["mean"]
+        for arm, row in out.items():
+            if arm.startswith("stale_corrected") and lost > 0:
+                row["gap_recovered"] = (row["heldout_after"]["mean"] - out["stale"]["heldout_after"]["mean"]) / lost
     return out
 
 
@@ -131,6 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--batch-size", type=int, default=32, help="prompts per step (G = 8 completions each)")
     p.add_argument("--learning-rate", type=float, default=5e-4)
+    p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--level", default="token", choices=("token", "sequence"))
     p.add_argument("--mode", default="truncate", choices=("truncate", "mask"))
     p.add_argument("--cap", type=float, default=2.0)
@@ -138,23 +173,40 @@ def main(argv=None) -> int:
     p.add_argument("--arms", nargs="+", default=["fresh", "stale", "stale_corrected"])
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     p.add_argument("--out", default=None, help="write the JSON record here (else print it)")
+    p.add_argument("--where", default=None, help="the machine in words, kept in the record")
     args = p.parse_args(argv)
+    for arm in args.arms:
+        arm_correction(arm, args)  # a misspelt arm fails here, before any run
     jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    command = "python benchmarks/rollout_correction.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    machine = machine_info()
+
+    def record_of(runs):
+        order = {job: i for i, job in enumerate(jobs)}  # the record lists runs in job order, whatever finished first
+        runs = sorted(runs, key=lambda r: order[(r["arm"], r["seed"])])
+        rec = {"benchmark": "rollout_correction", "command": command, "executed": started,
+               "settings": {k: v for k, v in vars(args).items() if k not in ("out", "where")},
+               "machine": machine, "complete": len(runs) == len(jobs), "summary": summarise(runs), "runs": runs}
+        if args.where:
+            rec["where"] = args.where
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(rec, indent=1) + "\n")
+        return rec
+
+    runs = []
     if args.jobs > 1:
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            runs = list(pool.map(run, *zip(*jobs), [args] * len(jobs)))
+            futures = [pool.submit(run, arm, seed, args) for arm, seed in jobs]
+            for f in concurrent.futures.as_completed(futures):
+                runs.append(f.result())
+                record_of(runs)
     else:
-        runs = [run(arm, seed, args) for arm, seed in jobs]
-    record = {"benchmark": "rollout_correction", "command": "python benchmarks/rollout_correction.py " +
-              " ".join(argv if argv is not None else sys.argv[1:]),
-              "executed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
-              "machine": machine_info(), "summary": summarise(runs), "runs": runs}
-    text = json.dumps(record, indent=1)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(json.dumps(record["summary"]))
+        for arm, seed in jobs:
+            runs.append(run(arm, seed, args))
+            record_of(runs)
+    print(json.dumps(record_of(runs)["summary"]))
     return 0
 
 
