@@ -446,12 +446,11 @@ def _log_gap(self: RLLearner, metrics: dict, rows: dict) -> None:
     if found:
         return
     engine, measured = self.cluster.rollout, self.cluster.rollout_config.measure_logp_gap
-    if not self._gap_warned and not (engine.returns_logprobs and measured):  # else: nothing went through generate
+    # measure_logp_gap=False asked for null: only an engine that cannot report log-probs deserves a word
+    if not self._gap_warned and measured and not engine.returns_logprobs:
         self._gap_warned = True
-        why = ("returns no log-probs" if not engine.returns_logprobs
-               else "is not measured (RolloutConfig.measure_logp_gap=False)")
-        warnings.warn(f"rollout engine {self.cluster.rollout.name!r}: the sampler-trainer log-prob gap {why}; "
-                      "rollout_logp_gap is logged as null", stacklevel=2)
+        warnings.warn(f"rollout engine {engine.name!r} returns no log-probs: the sampler-trainer log-prob gap is "
+                      "not measured; rollout_logp_gap is logged as null", stacklevel=2)
 
 # %% ../../nbs/31_rl_learner.ipynb #994d1421
 @patch(as_prop=True)
