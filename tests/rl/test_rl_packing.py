@@ -152,3 +152,72 @@ def test_bad_inputs_are_refused_by_name(model):
         common.compute_completion_logps(model, *args, packing=plan, group_size=2)
     with pytest.raises(ValueError, match="a plan belongs to one batch"):
         common.compute_completion_logps(model, *(a[:3] for a in args), packing=plan)
+
+
+# ---------------------------------------------------------------- the learner's switch
+
+def grpo_step(pack: bool, micro: list, mu: int = 1):
+    """One global step of GRPO on hand-made micro-batches through the learner's consumer; (params, actor metrics)."""
+    import optax
+    import queue
+
+    from tunix_lit.data import arith
+    from tunix_lit.models import tiny
+    from tunix_lit.rl import learner as rl
+    from tunix_lit.rl.cluster import RLCluster, RolloutConfig
+    from tunix_lit.rl.grpo import GRPOConfig, GRPOLearner
+
+    model, tok = tiny.load()
+    cluster = RLCluster(model, tok, rollout_config=RolloutConfig(max_new_tokens=4, max_prompt_length=6,
+                                                                 measure_logp_gap=False))
+    cfg = rl.RLTrainingConfig(batch_size=2 * len(micro), mini_batch_size=2 * len(micro), train_micro_batch_size=2,
+                              max_steps=1, progress_bar=False, pack_sequences=pack)
+    learner = GRPOLearner(cluster, optax.sgd(1e-1), cfg, GRPOConfig(num_generations=4, beta=0.0, num_iterations=mu),
+                          reward_fns=[arith.reward])
+    q = queue.Queue()
+    for mb in micro:
+        q.put(("micro", mb))
+    q.put(("end", {"data_position": 0, "metrics": {}}))
+    out = learner._consume_step(q)
+    params = [np.asarray(x) for x in jax.tree.leaves(nnx.state(learner.trainer.model, nnx.Param))]
+    return params, {k: v for k, v in out["metrics"].items() if k.startswith("actor/")}, learner
+
+
+def grpo_micro(seed, V=19):  # the tiny model's vocabulary
+    """A GRPO micro-batch of 8 rows (2 prompts × G = 4) with completions of mixed lengths and signed advantages."""
+    r = np.random.default_rng(seed)
+    prompts = [list(r.integers(3, V, r.integers(2, 7)))] * 4 + [list(r.integers(3, V, r.integers(2, 7)))] * 4
+    completions = [list(r.integers(3, V, n)) for n in r.integers(1, 13, 8)]
+    pi, pm = common.pad_rows(prompts, 6, left=True)
+    ci, cm = common.pad_rows(completions, 12)
+    adv = r.normal(size=8).astype(np.float32)
+    return dict(prompt_ids=pi, prompt_mask=pm, completion_ids=ci, completion_mask=cm, advantages=adv)
+
+
+@pytest.mark.slow  # two learners, two compiled train steps: about 15 s
+def test_a_grpo_step_with_packing_equals_the_step_without():
+    from tunix_lit.models import tiny
+
+    micro = [grpo_micro(0), grpo_micro(1)]  # one update accumulating two micro-batches
+    p_off, m_off, _ = grpo_step(False, micro)
+    start = [np.asarray(x) for x in jax.tree.leaves(nnx.state(tiny.load()[0], nnx.Param))]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(p_off, start)) > 1e-4  # the update really moved them
+    p_on, m_on, learner = grpo_step(True, micro)
+    assert learner.trainer._shapes and None not in learner.trainer._shapes  # the packed path really ran
+    np.testing.assert_allclose(m_on["actor/loss"], m_off["actor/loss"], rtol=1e-5)
+    np.testing.assert_allclose(m_on["actor/grad_norm"], m_off["actor/grad_norm"], rtol=1e-4)
+    for a, b in zip(p_on, p_off):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_row_counts_come_in_a_few_buckets():
+    from tunix_lit.rl import learner as rl
+
+    micro = [grpo_micro(s) for s in range(2)]
+    packed = rl.attach_packing(micro, buckets=4)  # 8 rows: counts are multiples of 2
+    R = {len(mb["pack_src"]) for mb in packed}
+    assert len(R) == 1 and R.pop() % 2 == 0  # one shape for the update's stacked micro-batches
+    sizes = {len(rl.attach_packing([grpo_micro(s)], buckets=4, data_parallel=4)[0]["pack_src"]) for s in range(12)}
+    assert sizes <= {4, 8}  # multiples of max(⌈8 / 4⌉, 4 devices)
+    with pytest.raises(TypeError, match="pack_sequences must be True or False"):
+        rl.RLTrainingConfig(pack_sequences="yes")
