@@ -1,7 +1,7 @@
 """Rollout correction where it matters: GRPO on the tiny world with an engine k steps stale, with and without
 chapter 30's importance weights; several seeds each; one JSON record.
 
-    python benchmarks/rollout_correction.py --stale 8 --steps 300 --seeds 0 1 2 --jobs 12 \
+    python benchmarks/rollout_correction.py --stale 4 --steps 300 --batch-size 32 --seeds 0 1 2 \
         --arms fresh stale stale_corrected stale_corrected_sequence_truncate_2 --out benchmarks/results/rollout_correction.json
 
 The engine samples with the weights of k syncs ago (a learner whose `sync_rollout` hands the engine an old
