@@ -103,9 +103,11 @@ def test_llama3_rope_scaling_matches_a_loop_over_frequencies():
         assert got[i] == pytest.approx(want, rel=1e-12)
 
 
-# every family with the modules' own projections, and Qwen 3 with each fused layout, by default; the other
-# families' fused layouts with -m slow (the fusion is the same code for each family)
-@pytest.mark.parametrize("name,fused", [(n, False) for n in FAMILIES] + [(FAMILIES[0], True), (FAMILIES[0], "down_t")]
+# every family with the modules' own projections, and Qwen 3 with the fused layout that also transposes down (it
+# runs both concatenated kernels), by default; the plain fused layout and the other families' with -m slow (the
+# fusion is the same code for each family)
+@pytest.mark.parametrize("name,fused", [(n, False) for n in FAMILIES] + [(FAMILIES[0], "down_t")]
+                         + [pytest.param(FAMILIES[0], True, marks=pytest.mark.slow)]
                          + [pytest.param(n, f, marks=pytest.mark.slow) for n in FAMILIES[1:] for f in (True, "down_t")])
 def test_incremental_decoding_equals_full_forward(name, fused):
     """Prefill 5 left-padded tokens, then decode one at a time (with concatenated projections, also with the down
@@ -161,7 +163,8 @@ def test_attend_then_append_equals_full_forward_and_writes_the_same_cache(name, 
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)  # two programs, two roundings
 
 
-@pytest.mark.parametrize("tied", [True, False])
+# the tied head (its gradient reaches the embedding too) by default; the untied one with -m slow
+@pytest.mark.parametrize("tied", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_lm_head_gradient_equals_numpy_and_the_modules_own_autodiff(tied, monkeypatch):
     """head_product's hand-written backward: dx, dw against the NumPy formulas; a whole model's gradients
     (every parameter) against autodiff through the plain nnx.Embed.attend / nnx.Linear call."""
@@ -244,7 +247,8 @@ def test_attention_mask_forms_agree():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+# one family by default (the sharding rules are the same code for each); the others with -m slow
+@pytest.mark.parametrize("name", FAMILIES[:1] + [pytest.param(n, marks=pytest.mark.slow) for n in FAMILIES[1:]])
 def test_sharded_model_matches_single_device(name):
     cfg = tf.ModelConfig.from_name(name)
     mesh = tf.make_mesh(2, 4)
