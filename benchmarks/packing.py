@@ -10,6 +10,18 @@ tokens (the loss's weight) per second and updates per second; and the packed lay
 
     python benchmarks/packing.py [--model tiny-qwen3 --length 256 --rows 8 --steps 20] [--record FILE]
 
+With `--rl`, the RL training pass instead: GRPO micro-batches of `--prompts` prompts × `--generations` completions,
+prompts of 8 to `--prompt-length` tokens left-padded to that width, completions of log-normal length around `--median`
+tokens (clipped to [1, `--completion-length`]) right-padded to that width, random advantages. Each layout trains a
+fresh model with the RL trainer (`RLTrainer`) on GRPO's policy loss over `policy_logps`: "padded" runs every row at full
+width, "packed" runs the rows' real tokens packed (`attach_packing`, its host plan inside the clock), "prompt_once"
+runs each group's prompt once (GRPO's default on a CPU). Every packed row count is compiled before the clock starts;
+the layouts take turns, `--steps` timed updates each in all. Prints one JSON line: for each layout, trained completion
+tokens per second, updates per second and the slots the model's body runs an update; and each gain over "padded".
+
+    python benchmarks/packing.py --rl [--prompts 8 --generations 4 --prompt-length 32 --completion-length 256
+                                       --median 40 --steps 12] [--record FILE]
+
 Nothing here names a device: on a TPU machine JAX picks the chip, on a CPU the CPU.
 """
 
@@ -61,6 +73,95 @@ def throughput(batch_rows: dict, rows: int, steps: int, cfg, lr: float = 1e-3) -
             "last_loss": round(metrics[-1]["loss"], 4)}
 
 
+def rl_batches(n: int, prompts: int, G: int, P: int, T: int, median: float, vocab: int, seed: int) -> list[dict]:
+    """`n` GRPO micro-batches of prompts × G rows: prompts of 8..P tokens (each G times, adjacent), log-normal completions."""
+    from tunix_lit.rl.common import pad_rows
+
+    r = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ps = [r.integers(3, vocab, k) for k in r.integers(min(8, P), P + 1, prompts) for _ in range(G)]
+        lengths = np.clip(np.round(np.exp(r.normal(np.log(median), 0.8, prompts * G))), 1, T).astype(int)
+        pi, pm = pad_rows(ps, P, left=True)
+        ci, cm = pad_rows([r.integers(3, vocab, k) for k in lengths], T)
+        out.append(dict(prompt_ids=pi, prompt_mask=pm, completion_ids=ci, completion_mask=cm,
+                        advantages=r.normal(size=prompts * G).astype(np.float32)))
+    return out
+
+
+def rl_throughput(batches: list, cfg, G: int, steps: int, rounds: int = 3, lr: float = 1e-5) -> dict:
+    """Tokens per second of the RL training pass in three layouts, taking turns; compiles before the clock starts."""
+    import jax.numpy as jnp
+    import optax
+
+    from tunix_lit.models.transformer import create_model
+    from tunix_lit.rl import algo_core
+    from tunix_lit.rl.learner import RLTrainer, attach_packing, policy_logps
+    from tunix_lit.sft.core import LossOutput
+
+    def make(group_size):
+        def loss_fn(model, batch, rng):
+            logps, _ = policy_logps(model, batch, temperature=1.0, entropy=False, group_size=group_size)
+            loss, m = algo_core.grpo_loss(logps, None, batch["advantages"], batch["completion_mask"])
+            return LossOutput(loss * m["loss_denominator"], m["loss_denominator"], {})
+        return RLTrainer(create_model(cfg, seed=0), optax.adam(lr), loss_fn=loss_fn, accumulation=1, donate=True)
+
+    layouts = {"padded": (make(1), lambda b: b), "packed": (make(1), lambda b: attach_packing([b])[0]),
+               "prompt_once": (make(G), lambda b: b)}
+    B, P = batches[0]["prompt_ids"].shape
+    T = batches[0]["completion_ids"].shape[1]
+    body = {"padded": lambda b: B * (P + T), "prompt_once": lambda b: B // G * P + B * T,
+            "packed": lambda b: int(np.prod(np.shape(attach_packing([b])[0]["pack_src"])))}
+    warm, timed = batches[:1], batches[1:steps + 1]
+    shapes = {}
+    for b in warm + timed:  # one compile per packed row count, before the clock
+        shapes.setdefault(len(attach_packing([b])[0]["pack_src"]), b)
+    out = {k: {"seconds": 0.0, "updates": 0, "trained_tokens": 0,
+               "body_slots_per_update": float(np.mean([body[k](b) for b in timed]))} for k in layouts}
+    for name, (trainer, prep) in layouts.items():
+        for b in (list(shapes.values()) if name == "packed" else warm):
+            trainer.update([prep(b)])
+        trainer.pop_metrics()
+    out["packed"]["row_counts"] = sorted(shapes)
+    for part in np.array_split(np.arange(len(timed)), rounds):  # layouts take turns: drift hits all alike
+        for name, (trainer, prep) in layouts.items():
+            t0 = time.perf_counter()
+            for i in part:
+                trainer.update([prep(timed[i])])
+            trainer.pop_metrics()  # the clock stops when the updates' metrics are back
+            out[name]["seconds"] += time.perf_counter() - t0
+            out[name]["updates"] += len(part)
+            out[name]["trained_tokens"] += int(sum(timed[i]["completion_mask"].sum() for i in part))
+    for v in out.values():
+        v["updates_per_second"] = round(v["updates"] / v["seconds"], 3)
+        v["trained_tokens_per_second"] = round(v["trained_tokens"] / v["seconds"], 1)
+        v["seconds"] = round(v["seconds"], 3)
+    return out
+
+
+def main_rl(args) -> dict:
+    """The --rl benchmark's JSON record."""
+    import jax
+
+    from tunix_lit.models.transformer import ModelConfig
+
+    cfg = ModelConfig.from_name(args.model)
+    G, P, T = args.generations, args.prompt_length, args.completion_length
+    batches = rl_batches(args.steps + 1, args.prompts, G, P, T, args.median, cfg.vocab_size, args.seed)
+    lengths = np.concatenate([b["completion_mask"].sum(-1) for b in batches])
+    out = {"benchmark": "packing_rl", "model": args.model, "prompts": args.prompts, "generations": G,
+           "rows": args.prompts * G, "prompt_length": P, "completion_length": T, "median_completion": args.median,
+           "mean_completion": round(float(lengths.mean()), 1),
+           "slots_real": round(float(np.mean([(b["prompt_mask"].sum() + b["completion_mask"].sum())
+                                              / (len(b["prompt_mask"]) * (P + T)) for b in batches])), 3),
+           "steps": args.steps, "platform": jax.default_backend()}
+    out.update(rl_throughput(batches, cfg, G, args.steps))
+    for name in ("packed", "prompt_once"):
+        out[f"{name}_gain"] = round(out[name]["trained_tokens_per_second"]
+                                    / out["padded"]["trained_tokens_per_second"], 2)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny-qwen3", help="a ModelConfig preset name (random initialisation)")
@@ -71,9 +172,23 @@ def main(argv=None):
     p.add_argument("--median", type=float, default=40.0, help="median sequence length, tokens")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--record", help="also write the JSON line, indented, to this file")
+    rl = p.add_argument_group("--rl: the RL training pass")
+    rl.add_argument("--rl", action="store_true", help="measure the RL training pass instead of SFT")
+    rl.add_argument("--prompts", type=int, default=8, help="prompts a micro-batch")
+    rl.add_argument("--generations", type=int, default=4, help="completions a prompt (G)")
+    rl.add_argument("--prompt-length", type=int, default=32, help="prompt slots (P)")
+    rl.add_argument("--completion-length", type=int, default=256, help="completion slots (T)")
     add_max_isa_arg(p)
     args = p.parse_args(argv)
     apply_max_isa(args.max_isa)
+    if args.rl:
+        if args.steps == p.get_default("steps"):
+            args.steps = 12
+        out = {**main_rl(args), "machine": machine_info()}
+        print(json.dumps(out))
+        if args.record:
+            Path(args.record).write_text(json.dumps(out, indent=2) + "\n")
+        return
     import jax
 
     from tunix_lit.data.datasets import pack_sequences, pad_sequences
