@@ -1,16 +1,12 @@
 """benchmarks/limits.py's formulas against independent counts: the model's own parameters and XLA's FLOP count."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 from flax import nnx
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 ARGV = ["--num-layers", "2", "--embed-dim", "64", "--hidden-dim", "128", "--num-heads", "4", "--num-kv-heads", "2",
         "--head-dim", "16", "--vocab-size", "512", "--tied-embedding", "1", "--dtype", "float32",
         "--batch", "2", "--seq-len", "32"]
@@ -18,10 +14,7 @@ ARGV = ["--num-layers", "2", "--embed-dim", "64", "--hidden-dim", "128", "--num-
 
 @pytest.fixture(scope="module")
 def limits():
-    spec = importlib.util.spec_from_file_location("_bench_limits", BENCH / "limits.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("limits")
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,19 @@
 """benchmarks/rollout_correction.py: the stale engine really lags k syncs, arms name their corrections, and the
 summary's means and ranges are the runs' own."""
 
-import importlib.util
 import types
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 from flax import nnx
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def rc():
-    spec = importlib.util.spec_from_file_location("_bench_rollout_correction", BENCH / "rollout_correction.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("rollout_correction")
 
 
 class _Engine:

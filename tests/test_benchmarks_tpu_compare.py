@@ -1,31 +1,15 @@
 """The one-command TPU comparison's bookkeeping: job order, the summary's medians and ratios, the trace parsers."""
 
-import importlib.util
 import json
 import statistics
-import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def load(name):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
-
+from benchmark_scripts import BENCH, load_benchmark
 
 @pytest.fixture(scope="module")
 def tc():
-    return load("tpu_compare")
+    return load_benchmark("tpu_compare")
 
 
 def test_plan_puts_training_rows_first_and_alternates_sides(tc):
@@ -109,14 +93,14 @@ def test_summary_keeps_a_later_good_row_over_a_timed_out_one(tc, tmp_path):
 
 
 def test_carried_wheels_leave_the_images_jax_alone():
-    prep = load("tpu_prepare_wheels")
+    prep = load_benchmark("tpu_prepare_wheels")
     names = {n.split("==")[0].lower() for n in prep.COMMON + prep.OURS + prep.UPSTREAM}
     assert not names & {"jax", "jaxlib", "libtpu", "numpy", "ml_dtypes", "scipy"}
     assert "google-tunix" in names and "safetensors" in names
 
 
 def test_count_transfers_splits_the_log_at_markers(tmp_path):
-    tt = load("train_trace")
+    tt = load_benchmark("train_trace")
     log = tmp_path / "t.log"
     log.write_text("W guard_lib.cc:125] host-to-device transfer: aval=...\n\n@@ step 0\n"
                    "W guard_lib.cc:125] host-to-device transfer: a\nW guard_lib.cc:125] device-to-host transfer: b\n"
@@ -129,7 +113,7 @@ def test_count_transfers_splits_the_log_at_markers(tmp_path):
 def test_count_transfers_by_shape_counts_unlabelled_jit_arguments_apart(tmp_path):
     import collections
 
-    tt = load("train_trace")
+    tt = load_benchmark("train_trace")
     log = tmp_path / "t.log"
     log.write_text("@@ steps\nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=S\n"
                    "W x] host-to-device transfer: \nW x] host-to-device transfer: aval=ShapedArray(int32[8,16]), dst_sharding=T\n")
@@ -144,7 +128,7 @@ def test_compile_log_names_the_call_site_and_splits_by_time():
     import jax
     import jax.numpy as jnp
 
-    machine = load("machine")
+    machine = load_benchmark("machine")
     x, y = jnp.ones((7, 5), jnp.float32), jnp.ones((3, 2), jnp.float32)  # made before the log starts
     log = machine.CompileLog(roots=("tests",)).start()
     f = jax.jit(lambda x: jnp.tanh(x) * 3.0 + x.sum())  # a fresh function: never in JAX's in-memory cache
@@ -195,7 +179,7 @@ def test_the_prompt_once_off_parts_are_ours_alone_and_keep_the_chips_memory(tc):
 
 
 def test_device_memory_is_none_where_the_backend_keeps_no_count():
-    machine = load("machine")
+    machine = load_benchmark("machine")
 
     class Chip:
         def memory_stats(self):
