@@ -1,6 +1,8 @@
 """GGUF checkpoints (tunix_lit.models.gguf): block formats against gguf's reader, tiny files this test writes
 against `transformers`' GGUF loader, clear errors on broken files, and the two real models against
 `transformers` loading the very same file."""
+import contextlib
+import functools
 import json
 import os
 import time
@@ -303,12 +305,34 @@ TEXTS = ["The capital of France is", "Question: What is 23 + 19?\nAnswer:", "def
 PROMPTS = ["The capital of France is", "Question: What is 23 + 19?\nAnswer:", "def fibonacci(n):"]
 
 
+@contextlib.contextmanager
+def _each_file_parsed_once():
+    """Within the block, gguf's reader over a path is built once and its tensor-name map once per (arch, layers).
+
+    transformers builds a GGUFReader for the config, again for the weights and again for the tokenizer, and the
+    name map once per module: most of its 30 s load of SmolLM2 on 2 cores. The reader is read-only (memory-mapped)
+    and the map a pure function of its arguments, so the reference it builds is the same, read once."""
+    readers, real_reader = {}, gguf.GGUFReader
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    with pytest.MonkeyPatch.context() as mp:  # transformers imports both from gguf at call time
+        mp.setattr(gguf, "GGUFReader", reader)
+        mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map))
+        yield
+
+
 def _real_pair(name):
     """transformers' model and tokenizer from the model's file, and ours (dequantised into the run's cache)."""
     path = g.resolve_gguf(name)
     t0 = time.perf_counter()
-    ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    ref_tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    with _each_file_parsed_once():
+        ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        ref_tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     t1 = time.perf_counter()
     model, tok = g.load_gguf(name)  # the cache of this test run (TUNIX_LIT_CACHE, set in conftest)
     print(f"{name}: transformers {t1 - t0:.1f} s, ours {time.perf_counter() - t1:.1f} s")
