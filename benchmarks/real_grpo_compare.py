@@ -131,6 +131,7 @@ def summarise(runs: list) -> dict:
             "median_step_s": round(statistics.median(later), 4) if later else None,
             "median_step_s_per_seed": [x["median_step_s"] for x in res],
             "first_step_s": spread([x["first_step_s"] for x in res]),
+            "first_step_s_per_seed": [x["first_step_s"] for x in res],  # the first run of a call compiles cold
             "first_step_s_from_process_start": spread([x["first_step_s_from_process_start"] for x in res]),
             "train_seconds_to_last_step": spread([x["train_seconds_to_last_step"] for x in res]),
             "process_wall_s": spread([r["wall_s"] for r in runs if r["side"] == side and ok(r)]),
@@ -202,6 +203,20 @@ def prepare_envs(platform: str) -> dict:
         env = tpu_compare.side_env(side, site, platform)
         env["PYTHONPATH"] = os.pathsep.join([str(target), env["PYTHONPATH"]])
         envs[side] = env
+    # run_recipe draws curve.png: matplotlib from the image's index, last on ours' path (the image's numpy stays first)
+    late = WORK / "index" / "ours"
+    if not (late / ".stamp").exists():
+        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--only-binary=:all:", "--no-compile",
+               "--disable-pip-version-check", *CHIP_INDEX, "--target", str(late), "matplotlib"]
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+        if done.returncode == 0:
+            (late / ".stamp").write_text("matplotlib")
+        else:
+            print("real_grpo_compare: matplotlib did not install from the image's index:", done.stderr[-500:],
+                  file=sys.stderr)
+    envs["ours"]["PYTHONPATH"] += os.pathsep + str(late)
+    for env in envs.values():
+        env["TUNIX_LIT_CACHE"] = str(WORK / "cache")  # the pulled GGUF (a folder this user can write)
     print("installs:", json.dumps(report), flush=True)
     return envs
 
