@@ -22,6 +22,10 @@ and the ratios ours / upstream.
    first, then `--index-url file:///opt/pypi/simple`), or pieces carried in `--gguf-pieces` (joined, sha256 checked);
 3. the checkpoint directory: `gemma_gguf_to_hf.py` with `.whl-tpu/gemma_like` (config.json,
    generation_config.json, tokenizer_config.json, tokenizer.json.gz) as `--like`, into /tmp/real_compare/gemma_hf.
+
+`--make-like FILE.gguf` writes `.whl-tpu/gemma_like` here, once, with `transformers` (its GGUF reader: the config
+without its quantisation entry, the generation config, the tokenizer with tokenizer.json gzipped: 5.3 MB in all)
+and the `gguf` wheel the TPU machine lacks.
 """
 import argparse
 import datetime
@@ -276,6 +280,27 @@ def build_model(env: dict, gguf: Path, like: Path) -> Path:
     return out
 
 
+def make_like(gguf: Path, dest: Path) -> None:
+    """The small --like directory for the TPU machine, from transformers' reading of the GGUF (on a machine with it)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = WORK / "like_src"
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config.save_pretrained(tmp)
+    GenerationConfig.from_model_config(config).save_pretrained(dest)
+    config = json.loads((tmp / "config.json").read_text())
+    config.pop("quantization_config", None)  # the directory holds float32 weights, not the GGUF's blocks
+    config["dtype"] = "float32"
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    shutil.copy(tmp / "tokenizer_config.json", dest / "tokenizer_config.json")
+    with open(tmp / "tokenizer.json", "rb") as src, gzip.open(dest / "tokenizer.json.gz", "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "-d", str(dest / "wheels"), "gguf==0.19.0"], check=True)
+
+
 def machine() -> dict:
     """The machine, in words and figures (jax is not imported here: the runs' own records name the devices)."""
     import platform
@@ -294,6 +319,7 @@ def main(argv=None) -> int:
     p.add_argument("--tpu", action="store_true", help="prepare the TPU machine first (see the top of this file)")
     p.add_argument("--platform", default="auto", help="JAX_PLATFORMS for the runs with --tpu (auto: leave it)")
     p.add_argument("--gguf-pieces", type=Path, default=None)
+    p.add_argument("--make-like", type=Path, default=None, metavar="FILE.gguf", help="write .whl-tpu/gemma_like")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--heldout-n", type=int, default=None)
     p.add_argument("--budget", type=float, default=560, help="seconds for this call: a run is stopped at the end")
@@ -301,6 +327,10 @@ def main(argv=None) -> int:
     p.add_argument("--summarise", nargs="*", type=Path, default=None, help="part records to merge (no runs)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tpu_v5e_real_grpo_compare.json")
     a = p.parse_args(argv)
+    if a.make_like is not None:
+        WORK.mkdir(parents=True, exist_ok=True)
+        make_like(a.make_like, ROOT / ".whl-tpu" / "gemma_like")
+        return 0
     if a.summarise is not None:
         record = merge(a.summarise)
         record["summary"] = summarise(record["runs"])
