@@ -19,8 +19,13 @@ runs each group's prompt once (GRPO's default on a CPU). Every packed row count 
 the layouts take turns, `--steps` timed updates each in all. Prints one JSON line: for each layout, trained completion
 tokens per second, updates per second and the slots the model's body runs an update; and each gain over "padded".
 
+With `--beta B` (> 0) each timed update is a GRPO step's work after sampling: the reference model's log-probs
+through an `RLCluster` (`reference_logps`: full width, packed with `pack_buckets`, or prompt-once, as the layout),
+copied to the host as the learner does, then the update with a KL term of weight B against them. A fourth layout,
+"packed_loss_only", packs the update but runs the reference pass at full width: what packing that pass adds.
+
     python benchmarks/packing.py --rl [--prompts 8 --generations 4 --prompt-length 32 --completion-length 256
-                                       --median 40 --steps 12] [--record FILE]
+                                       --median 40 --steps 12] [--beta 0.04] [--record FILE]
 
 Nothing here names a device: on a TPU machine JAX picks the chip, on a CPU the CPU.
 """
@@ -89,29 +94,36 @@ def rl_batches(n: int, prompts: int, G: int, P: int, T: int, median: float, voca
     return out
 
 
-def rl_throughput(batches: list, cfg, G: int, steps: int, rounds: int = 3, lr: float = 1e-5) -> dict:
+def rl_throughput(batches: list, cfg, G: int, steps: int, rounds: int = 3, lr: float = 1e-5, beta: float = 0.0) -> dict:
     """Tokens per second of the RL training pass in three layouts, taking turns; compiles before the clock starts."""
     import jax.numpy as jnp
     import optax
 
     from tunix_lit.models.transformer import create_model
     from tunix_lit.rl import algo_core
-    from tunix_lit.rl.learner import RLTrainer, attach_packing, policy_logps
+    from tunix_lit.rl.learner import PACK_BUCKETS, RLTrainer, attach_packing, policy_logps
     from tunix_lit.sft.core import LossOutput
 
     def make(group_size):
         def loss_fn(model, batch, rng):
             logps, _ = policy_logps(model, batch, temperature=1.0, entropy=False, group_size=group_size)
-            loss, m = algo_core.grpo_loss(logps, None, batch["advantages"], batch["completion_mask"])
+            loss, m = algo_core.grpo_loss(logps, None, batch["advantages"], batch["completion_mask"],
+                                          ref_logps=batch.get("ref_logps"), beta=beta)
             return LossOutput(loss * m["loss_denominator"], m["loss_denominator"], {})
         return RLTrainer(create_model(cfg, seed=0), optax.adam(lr), loss_fn=loss_fn, accumulation=1, donate=True)
 
-    layouts = {"padded": (make(1), lambda b: b), "packed": (make(1), lambda b: attach_packing([b])[0]),
-               "prompt_once": (make(G), lambda b: b)}
+    ref = reference_pass(cfg, batches[0]) if beta > 0 else None  # (batch, layout's pass) -> ref_logps on the host
+    with_ref = lambda b, **how: {**b, "ref_logps": ref(b, **how)} if ref else b
+    layouts = {"padded": (make(1), lambda b: with_ref(b, pack_buckets=0)),
+               "packed": (make(1), lambda b: attach_packing([with_ref(b, pack_buckets=PACK_BUCKETS)])[0]),
+               "prompt_once": (make(G), lambda b: with_ref(b, group_size=G))}
+    if ref:  # the loss's pass packed, the reference's at full width: what packing the reference pass adds
+        layouts["packed_loss_only"] = (make(1), lambda b: attach_packing([with_ref(b, pack_buckets=0)])[0])
     B, P = batches[0]["prompt_ids"].shape
     T = batches[0]["completion_ids"].shape[1]
     body = {"padded": lambda b: B * (P + T), "prompt_once": lambda b: B // G * P + B * T,
             "packed": lambda b: int(np.prod(np.shape(attach_packing([b])[0]["pack_src"])))}
+    body["packed_loss_only"] = body["packed"]
     warm, timed = batches[:1], batches[1:steps + 1]
     shapes = {}
     for b in warm + timed:  # one compile per packed row count, before the clock
@@ -119,7 +131,7 @@ def rl_throughput(batches: list, cfg, G: int, steps: int, rounds: int = 3, lr: f
     out = {k: {"seconds": 0.0, "updates": 0, "trained_tokens": 0,
                "body_slots_per_update": float(np.mean([body[k](b) for b in timed]))} for k in layouts}
     for name, (trainer, prep) in layouts.items():
-        for b in (list(shapes.values()) if name == "packed" else warm):
+        for b in (list(shapes.values()) if name.startswith("packed") else warm):
             trainer.update([prep(b)])
         trainer.pop_metrics()
     out["packed"]["row_counts"] = sorted(shapes)
@@ -139,6 +151,25 @@ def rl_throughput(batches: list, cfg, G: int, steps: int, rounds: int = 3, lr: f
     return out
 
 
+def reference_pass(cfg, batch: dict):
+    """fn(batch, **how) -> the batch's reference log-probs on the host from `RLCluster.reference_logps(rollout, **how)`."""
+    from tunix_lit.models import tiny
+    from tunix_lit.models.transformer import create_model, to_host
+    from tunix_lit.rl.cluster import RLCluster, Rollout, RolloutConfig
+
+    P, T = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
+    _, tok = tiny.load()  # no text is generated here: the engine only needs a tokenizer to exist
+    cluster = RLCluster(create_model(cfg, seed=1), tok, reference="actor",
+                        rollout_config=RolloutConfig(max_new_tokens=T, max_prompt_length=P, temperature=1.0,
+                                                     measure_logp_gap=False))
+
+    def fn(b, **how):
+        ro = Rollout(b["prompt_ids"], b["prompt_mask"], b["completion_ids"], b["completion_mask"], None, [], None)
+        return to_host(cluster.reference_logps(ro, **how))
+
+    return fn
+
+
 def main_rl(args) -> dict:
     """The --rl benchmark's JSON record."""
     import jax
@@ -154,11 +185,14 @@ def main_rl(args) -> dict:
            "mean_completion": round(float(lengths.mean()), 1),
            "slots_real": round(float(np.mean([(b["prompt_mask"].sum() + b["completion_mask"].sum())
                                               / (len(b["prompt_mask"]) * (P + T)) for b in batches])), 3),
-           "steps": args.steps, "platform": jax.default_backend()}
-    out.update(rl_throughput(batches, cfg, G, args.steps))
-    for name in ("packed", "prompt_once"):
+           "steps": args.steps, "beta": args.beta, "platform": jax.default_backend()}
+    out.update(rl_throughput(batches, cfg, G, args.steps, beta=args.beta))
+    for name in ("packed", "prompt_once", "packed_loss_only")[:3 if args.beta > 0 else 2]:
         out[f"{name}_gain"] = round(out[name]["trained_tokens_per_second"]
                                     / out["padded"]["trained_tokens_per_second"], 2)
+    if args.beta > 0:  # the reference pass packed as well, against the loss's pass packed alone
+        out["reference_packing_gain"] = round(out["packed"]["trained_tokens_per_second"]
+                                              / out["packed_loss_only"]["trained_tokens_per_second"], 2)
     return out
 
 
@@ -178,6 +212,8 @@ def main(argv=None):
     rl.add_argument("--generations", type=int, default=4, help="completions a prompt (G)")
     rl.add_argument("--prompt-length", type=int, default=32, help="prompt slots (P)")
     rl.add_argument("--completion-length", type=int, default=256, help="completion slots (T)")
+    rl.add_argument("--beta", type=float, default=0.0,
+                    help="> 0: a KL term of this weight, its reference pass (through RLCluster) inside the clock")
     add_max_isa_arg(p)
     args = p.parse_args(argv)
     apply_max_isa(args.max_isa)

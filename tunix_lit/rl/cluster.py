@@ -11,10 +11,12 @@ __all__ = ['RoleKey', 'Role', 'RolloutConfig', 'place', 'devices_of', 'plain_cop
 # buffers another role still reads, explain() reports where every byte lives and what a sync costs,
 # and every rollout's log-probs are compared with the actor's (the gap that catches a stale sync).
 # The engine that generates is any RolloutEngine (chapter 20b); chapters 40-42 register the engines. Leaves out: CPU offloading,
-# Flax-linen logical-axis rules.
+# Flax-linen logical-axis rules. A learner that packs its loss's pass (chapter 31) packs these log-prob
+# passes too (pack_buckets).
 import contextlib
 import dataclasses
 import enum
+import math
 import time
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -206,7 +208,8 @@ class RLCluster:
         self.tokenizer = tokenizer
         self._rollout_calls = 0  # folded into the rollout key when generate() gets no seed
         self.sync_count, self.synced_bytes = 0, 0
-        self._logps_fns: dict = {}  # (role, group size) -> (tree, graph, its jitted log-prob function)
+        self._logps_fns: dict = {}  # (role, group size, packed) -> (tree, graph, its jitted log-prob function)
+        self.pack_buckets = 0  # 0: log-prob passes at full width; k: packed rows, one of k row counts (a packing learner sets it)
         self._views: dict = {}  # id(model) -> (model, graphdef, StateView) of the cluster's own models
         self._mask: Optional[list] = None  # which of the actor's arrays are trainable (found on first use)
         self.rollout = self._build_rollout(tokenizer)
@@ -448,19 +451,25 @@ def _generate_chunk(self: RLCluster, rows, key, T, temperature) -> Rollout:
 
 # %% ../../nbs/21_rl_cluster.ipynb #6e25374a
 @patch
-def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: int = 1) -> jax.Array:
+def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: int = 1,
+           pack_buckets: Optional[int] = None) -> jax.Array:
     """log π of each completion token under `model` (a module or its Weights), on `role`'s mesh (float32 [N, T], 0 on pads)."""
     w = self._weights(model)
-    entry = self._logps_fns.get((role, group_size))
+    buckets = self.pack_buckets if pack_buckets is None else pack_buckets
+    if pack_buckets and group_size > 1:
+        raise ValueError("pack_buckets and group_size > 1 are two ways to skip padded work; pass one of them")
+    pack = bool(buckets) and group_size == 1  # prompt-once runs (group_size > 1) keep their own shortcut
+    entry = self._logps_fns.get((role, group_size, pack))
     same = lambda a, b: a is b or a == b  # identity first: comparing graphdefs walks them
     if entry is None or not (same(entry[0], w.treedef) and same(entry[1], w.graphdef)):
         temperature, graphdef, treedef = self.rollout_config.temperature, w.graphdef, w.treedef
 
-        def logps(weights, p, pm, c, cm):
+        def logps(weights, p, pm, c, cm, plan):
             m = nnx.merge(graphdef, jax.tree.unflatten(treedef, weights))
-            return common.compute_completion_logps(m, p, pm, c, cm, temperature=temperature, group_size=group_size)
+            return common.compute_completion_logps(m, p, pm, c, cm, temperature=temperature, group_size=group_size,
+                                                   packing=plan)
 
-        entry = self._logps_fns[(role, group_size)] = (treedef, graphdef, jax.jit(logps))
+        entry = self._logps_fns[(role, group_size, pack)] = (treedef, graphdef, jax.jit(logps))
     fn = entry[2]
     arrays = (rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids, rollout.completion_mask)
     N = arrays[0].shape[0]
@@ -472,36 +481,41 @@ def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: 
     mesh = self.meshes[role]
     out = []
     for s in range(0, N, mb):
-        chunk = tfm.put_batch(tuple(np.asarray(a[s:s + mb]) for a in arrays), mesh)
+        host = tuple(np.asarray(a[s:s + mb]) for a in arrays)
+        plan = self._pack_plan(role, host[1], host[3], buckets) if pack else None  # a section below
+        chunk, plan = tfm.put_batch((host, plan), mesh)
         with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-            out.append(fn(w.arrays, *chunk))
+            out.append(fn(w.arrays, *chunk, plan))
     return out[0] if len(out) == 1 else jnp.concatenate(out)
 
 # %% ../../nbs/21_rl_cluster.ipynb #b5b8d342
 @patch
-def reference_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1) -> jax.Array:
+def reference_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1,
+                    pack_buckets: Optional[int] = None) -> jax.Array:
     """log π_ref of each completion token (float32 [N, T], 0 on pads) on the reference mesh."""
     if self.reference is None:
         raise ValueError("this cluster has no reference model; pass reference=... (or 'actor') to RLCluster")
-    return self._logps(Role.REFERENCE, self.reference, rollout, micro_batch_size, group_size)
+    return self._logps(Role.REFERENCE, self.reference, rollout, micro_batch_size, group_size, pack_buckets)
 
 
 @patch
-def actor_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None) -> jax.Array:
+def actor_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None,
+                pack_buckets: Optional[int] = None) -> jax.Array:
     """log π_actor (current weights) of each completion token (float32 [N, T], 0 on pads) on the actor mesh."""
-    return self._logps(Role.ACTOR, self.actor, rollout, micro_batch_size)
+    return self._logps(Role.ACTOR, self.actor, rollout, micro_batch_size, 1, pack_buckets)
 
 
 @patch
-def rollout_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1) -> jax.Array:
+def rollout_logps(self: RLCluster, rollout, *, micro_batch_size: Optional[int] = None, group_size: int = 1,
+                  pack_buckets: Optional[int] = None) -> jax.Array:
     """log π of each completion token under the rollout's weights (the policy that sampled), at temperature."""
+    args = (rollout, micro_batch_size, group_size, pack_buckets)
     sampler = getattr(self.rollout, "sampler", None)
     if hasattr(sampler, "view"):  # our sampler (chapter 15): its own arrays, on its own mesh
-        weights = Weights(sampler.graphdef, sampler.view.treedef, sampler.view.arrays())
-        return self._logps(Role.ROLLOUT, weights, rollout, micro_batch_size, group_size)
+        return self._logps(Role.ROLLOUT, Weights(sampler.graphdef, sampler.view.treedef, sampler.view.arrays()), *args)
     if _runs_our_module(self.rollout):  # another engine that runs one of our modules
-        return self._logps(Role.ROLLOUT, self.rollout.model, rollout, micro_batch_size, group_size)
-    return self._logps(Role.ACTOR, self._policy, rollout, micro_batch_size, group_size)  # what the engine was last sent
+        return self._logps(Role.ROLLOUT, self.rollout.model, *args)
+    return self._logps(Role.ACTOR, self._policy, *args)  # what the engine was last sent
 
 # %% ../../nbs/21_rl_cluster.ipynb #f87cce45
 @patch
@@ -525,6 +539,17 @@ def pop_logp_gap(self: RLCluster) -> Optional[float]:
     """The largest log-prob gap over the rollouts since the last call (one host transfer), or None if none."""
     gap, self._gap = self._gap, None
     return None if gap is None else float(gap)
+
+# %% ../../nbs/21_rl_cluster.ipynb #fff2c1dc
+@patch
+def _pack_plan(self: RLCluster, role, prompt_mask: np.ndarray, completion_mask: np.ndarray, buckets: int) -> dict:
+    """Chapter 20's plan for one micro-batch's pass on `role`: its row count a multiple of ⌈b / buckets⌉ and of the role's data-parallel devices."""
+    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+        raise ValueError(f"pack_buckets must be a positive integer (0 or None: unpacked), got {buckets!r}")
+    mesh, b = self.meshes[role], prompt_mask.shape[0]
+    dp = 1 if mesh is None else math.prod(mesh.shape[a] for a in ("data", "fsdp") if a in mesh.shape)
+    step = -(-(-(-b // buckets)) // dp) * dp  # ⌈b / buckets⌉ rounded up to whole data-parallel groups
+    return common.plan_packing(prompt_mask, completion_mask, multiple=int(step))
 
 # %% ../../nbs/21_rl_cluster.ipynb #448c6ad2
 @patch

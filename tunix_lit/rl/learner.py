@@ -18,7 +18,8 @@ __all__ = ['EXAMPLE_FIELDS', 'GAP_METRIC', 'PACK_BUCKETS', 'RLTrainingConfig', '
 # Rollouts may run up to max_staleness syncs ahead of the weights they train (0, the default, is
 # synchronous and exact on resume); each micro-batch carries the policy version that sampled it.
 # With pack_sequences the loss's forward/backward runs on packed rows (chapter 20), each micro-batch's
-# row count rounded to one of PACK_BUCKETS sizes. Chapter 33 adds a critic trainer to `trainers`.
+# row count rounded to one of PACK_BUCKETS sizes, and so do the cluster's reference and old log-prob
+# passes. Chapter 33 adds a critic trainer to `trainers`.
 import dataclasses
 import itertools
 import math
@@ -252,6 +253,7 @@ class RLLearner:
         if not isinstance(config, RLTrainingConfig):
             raise TypeError(f"config must be an RLTrainingConfig, got {type(config).__name__}")
         self.cluster, self.config = cluster, config
+        cluster.pack_buckets = PACK_BUCKETS if config.pack_sequences else 0  # its log-prob passes pack too (chapter 21)
         self.sizes = resolve_batch_sizes(config)
         self.reward_fns = [reward_fns] if callable(reward_fns) else list(reward_fns)
         for fn in self.reward_fns:
