@@ -139,3 +139,27 @@ def test_a_grpo_step_with_kl_packed_equals_unpacked():
     assert max(float(np.abs(a - b).max()) for a, b in zip(p_off, start)) > 1e-4  # the step really moved them
     for a, b in zip(p_on, p_off):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # two PPO learners' experience: several compiled passes
+def test_ppo_experience_packed_equals_unpacked():
+    import optax
+
+    from tunix_lit.data import arith
+    from tunix_lit.rl.learner import RLTrainingConfig
+    from tunix_lit.rl.ppo import PPOConfig, PPOLearner, critic_from
+
+    rows = arith.sample(arith.ArithConfig(), 8, "train", seed=6)
+    out = {}
+    for pack in (False, True):
+        model, tok = tiny.load()
+        cl = RLCluster(model, tok, reference="actor", critic=critic_from(model, head_init_std=0.02),
+                       rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0))
+        cfg = RLTrainingConfig(batch_size=8, max_steps=1, progress_bar=False, pack_sequences=pack)
+        learner = PPOLearner(cl, optax.adam(1e-3), cfg, PPOConfig(beta=0.05), reward_fns=[arith.reward])
+        out[pack] = learner.make_experience(rows, step=0, chunk=0)[0]
+        assert ((Role.REFERENCE, 1, True) in cl._logps_fns) == pack
+    for a, b in zip(out[True], out[False]):
+        np.testing.assert_array_equal(a["completion_ids"], b["completion_ids"])
+        for k in ("old_logps", "advantages", "returns"):
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
