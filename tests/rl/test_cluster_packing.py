@@ -68,6 +68,9 @@ def test_the_cluster_setting_packs_calls_that_do_not_say(cluster, monkeypatch):
         packed = np.asarray(cluster.reference_logps(ro, micro_batch_size=4))
         assert planned == [3, 3]  # each micro-batch planned, with the cluster's buckets
         np.testing.assert_allclose(packed, full, rtol=1e-5, atol=2e-6)
+        once = np.asarray(cluster.reference_logps(ro, micro_batch_size=4, group_size=2))  # a prompt-once request ...
+        assert planned == [3] * 4  # ... packs instead, as the loss's pass does
+        np.testing.assert_allclose(once, full, rtol=1e-5, atol=2e-6)
         with pytest.raises(ValueError, match="pass one of them"):
             cluster.reference_logps(ro, group_size=2, pack_buckets=4)
         with pytest.raises(ValueError, match="pack_buckets must be a positive integer"):
@@ -118,7 +121,7 @@ def grpo_run(pack: bool):
     cl = RLCluster(model, tok, reference="actor",
                    rollout_config=RolloutConfig(max_new_tokens=6, max_prompt_length=8, temperature=1.0))
     cfg = rl.RLTrainingConfig(batch_size=4, max_steps=1, progress_bar=False, pack_sequences=pack)
-    algo = GRPOConfig(num_generations=4, beta=0.1, num_iterations=2, prompt_once=False)
+    algo = GRPOConfig(num_generations=4, beta=0.1, num_iterations=2)  # prompt-once on a CPU: packing replaces it
     learner = GRPOLearner(cl, optax.sgd(1e-1), cfg, algo, reward_fns=[arith.reward])
     rows = arith.sample(arith.ArithConfig(), 4, "train", seed=5)
     micro, _ = learner.make_experience(rows, step=0, chunk=0)

@@ -458,7 +458,8 @@ def _logps(self: RLCluster, role, model, rollout, micro_batch_size, group_size: 
     buckets = self.pack_buckets if pack_buckets is None else pack_buckets
     if pack_buckets and group_size > 1:
         raise ValueError("pack_buckets and group_size > 1 are two ways to skip padded work; pass one of them")
-    pack = bool(buckets) and group_size == 1  # prompt-once runs (group_size > 1) keep their own shortcut
+    pack = bool(buckets)
+    group_size = 1 if pack else group_size  # packing replaces the prompt-once pass, as in the loss's (chapter 31)
     entry = self._logps_fns.get((role, group_size, pack))
     same = lambda a, b: a is b or a == b  # identity first: comparing graphdefs walks them
     if entry is None or not (same(entry[0], w.treedef) and same(entry[1], w.graphdef)):
