@@ -63,7 +63,7 @@ class RLTrainingConfig:
     seed: int = 0  # the trainer's RNG (rollout keys come from RolloutConfig.seed, the step and the chunk)
     queue_size: int = 4  # train micro-batches the producer may run ahead of the trainer
     max_staleness: int = 0  # syncs a step's rollouts may lag the weights they train (0: wait for every sync)
-    pack_sequences: bool = False  # the loss's pass runs each micro-batch's real tokens packed in fewer rows
+    pack_sequences: bool = False  # the loss's and the cluster's log-prob passes run real tokens packed in fewer rows
     progress_bar: bool = True
 
     def __post_init__(self):
