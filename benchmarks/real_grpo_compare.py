@@ -58,9 +58,10 @@ def order(seed: int, sides=SIDES) -> list:
     return [s for s in first if s in sides]
 
 
-def command(side: str, seed: int, model: Path, python: str, max_steps=None, heldout_n=None) -> list:
+def command(side: str, seed: int, model: Path, python: str, max_steps=None, heldout_n=None, micro=None) -> list:
     """The argv of one side's run."""
     argv = [python, SCRIPTS[side], "--model", str(model), "--seed", str(seed)]
+    argv += ["--train-micro-batch", str(micro)] * (micro is not None and side == "upstream")
     argv += ["--max-steps", str(max_steps)] * (max_steps is not None)
     argv += ["--heldout-n", str(heldout_n)] * (heldout_n is not None)
     return argv + (["--set", *OURS_SETS] if side == "ours" else [])
@@ -322,6 +323,7 @@ def main(argv=None) -> int:
     p.add_argument("--make-like", type=Path, default=None, metavar="FILE.gguf", help="write .whl-tpu/gemma_like")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--heldout-n", type=int, default=None)
+    p.add_argument("--upstream-micro-batch", type=int, default=None, help="upstream's --train-micro-batch")
     p.add_argument("--budget", type=float, default=560, help="seconds for this call: a run is stopped at the end")
     p.add_argument("--record", type=Path, default=None, help="the part record each finished run is appended to")
     p.add_argument("--summarise", nargs="*", type=Path, default=None, help="part records to merge (no runs)")
@@ -355,7 +357,7 @@ def main(argv=None) -> int:
             if left < 30:
                 print(f"budget spent: {side} seed {seed} not run", flush=True)
                 continue
-            argv = command(side, seed, a.model, python[side], a.max_steps, a.heldout_n)
+            argv = command(side, seed, a.model, python[side], a.max_steps, a.heldout_n, a.upstream_micro_batch)
             run = {"side": side, "seed": seed, "argv": [Path(x).name if i == 0 else x for i, x in enumerate(argv)],
                    **run_one(argv, envs[side], left)}
             if a.record is not None:

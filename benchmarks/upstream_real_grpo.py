@@ -121,6 +121,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=None, help="default: the recipe's")
     p.add_argument("--heldout-n", type=int, default=None, help="the first N held-out sums (default: all)")
+    p.add_argument("--train-micro-batch", type=int, default=None,
+                   help="prompts per micro-batch (upstream's train_micro_batch_size; the update is the same): "
+                        "for a chip whose memory one whole step's logits overflow")
     p.add_argument("--name", default="gemma3_270m_grpo")
     p.add_argument("--out", type=Path, default=None, help="also write the record here (JSON)")
     a = p.parse_args(argv)
@@ -185,7 +188,8 @@ def main(argv=None) -> int:
         top_k=ro.get("top_k"), eos_tokens=stop, seed=a.seed)
     training_config = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optax.adam(float(r["optimizer"]["learning_rate"])), eval_every_n_steps=10 ** 9,
-        max_steps=steps, checkpoint_root_directory=None)
+        max_steps=steps, checkpoint_root_directory=None,
+        mini_batch_size=batch if a.train_micro_batch else None, train_micro_batch_size=a.train_micro_batch)
     cluster_config = rl_cluster_lib.ClusterConfig(
         role_to_mesh={rl_cluster_lib.Role.ACTOR: mesh, rl_cluster_lib.Role.REFERENCE: mesh,
                       rl_cluster_lib.Role.ROLLOUT: mesh},
@@ -193,7 +197,7 @@ def main(argv=None) -> int:
         rollout_config=rollout_config)
     cluster = rl_cluster_lib.RLCluster(actor=actor, reference=None, tokenizer=tokenizer, cluster_config=cluster_config)
 
-    rewards = []  # one mean a call: one call a global step (one micro-batch: the whole step's G x prompts)
+    rewards = []  # one mean a call: one call a global step, or one a micro-batch with --train-micro-batch
 
     def reward(prompts, completions, answer, **_):
         scores = real_sums.reward(prompts, completions, answer)
@@ -209,9 +213,11 @@ def main(argv=None) -> int:
     update_actor = cluster.update_actor
 
     def timed_update(*args, **kwargs):
+        done = cluster.actor_trainer.train_steps
         out = update_actor(*args, **kwargs)
-        jax.block_until_ready(nnx.state(cluster.actor_trainer.model, nnx.LoRAParam))
-        ends.append(time.perf_counter())
+        if cluster.actor_trainer.train_steps > done:  # an optimizer step (micro-batches only accumulate)
+            jax.block_until_ready(nnx.state(cluster.actor_trainer.model, nnx.LoRAParam))
+            ends.append(time.perf_counter())
         return out
 
     cluster.update_actor = timed_update
@@ -225,6 +231,9 @@ def main(argv=None) -> int:
     model = cluster.actor_trainer.model
     after, after_text = heldout_accuracy(model)
     after_s = time.perf_counter() - t0
+    done = int(cluster.actor_trainer.train_steps)
+    per = len(rewards) // done if done and len(rewards) % done == 0 else 1  # reward calls a step (micro-batches)
+    rewards = [float(np.mean(rewards[i:i + per])) for i in range(0, len(rewards), per)]
     n = min(5, len(rewards))
     record = {"name": a.name, "side": "upstream", "seed": a.seed, "library": "google-tunix " + _version("google-tunix"),
               "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
@@ -233,7 +242,8 @@ def main(argv=None) -> int:
                            "lora": r["lora"], "lora_modules": LORA_MODULES, "learning_rate": r["optimizer"]["learning_rate"],
                            "max_new_tokens": new_tokens, "max_prompt_length": prompt_len,
                            "temperature": ro["temperature"], "stop_tokens": stop, "rollout_seed": a.seed,
-                           "heldout_n": len(held), "param_dtype": "float32"},
+                           "heldout_n": len(held), "param_dtype": "float32",
+                           "train_micro_batch": a.train_micro_batch},
               "steps": int(cluster.actor_trainer.train_steps), "lora_params": lora_params,
               "heldout_accuracy_before": before, "heldout_accuracy_after": after,
               "train_seconds": round(train_s, 1), "wall_seconds_in_process": round(time.perf_counter() - T_SCRIPT, 1),
