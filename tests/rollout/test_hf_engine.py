@@ -46,8 +46,9 @@ def train(actor, tok, steps=3, lr=5e-3):
     wrt = nnx.LoRAParam if jax.tree.leaves(nnx.state(actor, nnx.LoRAParam)) else nnx.Param
     opt = nnx.Optimizer(actor, optax.adam(lr), wrt=wrt)
     loss = lambda m: -jnp.mean(common.compute_completion_logps(m, p, pm, c, cm))
-    for _ in range(steps):
-        opt.update(actor, nnx.grad(loss, argnums=nnx.DiffState(0, wrt))(actor))
+    step = nnx.jit(lambda actor, opt: opt.update(actor, nnx.grad(loss, argnums=nnx.DiffState(0, wrt))(actor)))
+    for _ in range(steps):  # compiled: one program per actor layout, not an eager op-by-op backward pass
+        step(actor, opt)
 
 
 def gap_vs_actor(cluster, tok, seed=3):
