@@ -24,10 +24,18 @@ def ids(tok, prompts=PROMPTS):
     return [np.asarray(tok.encode(p), np.int32) for p in prompts]
 
 
+@nnx.jit
+def _full_logits(model, seq):
+    return model(seq)[0][0]
+
+
 def numpy_logprobs(model, prompt, completion, temperature):
     """log softmax(logits / T) at each completion token from one full forward pass, in NumPy float64."""
-    seq = jnp.asarray([list(prompt) + list(completion)], jnp.int32)
-    z = np.asarray(model(seq)[0][0], np.float64) / temperature
+    ids = list(prompt) + list(completion)
+    # right-padded to one length, so the forward compiles once per model: a causal model's logits at the real
+    # slots never see the padding after them
+    seq = jnp.asarray([ids + [0] * (32 - len(ids))], jnp.int32)
+    z = np.asarray(_full_logits(model, seq), np.float64)[:len(ids)] / temperature
     z = z - z.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     rows = np.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
