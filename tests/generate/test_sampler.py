@@ -1,4 +1,5 @@
 """The sampler against independent references: a full-recompute loop, a full forward pass, NumPy, HF `generate`."""
+import functools
 import math
 import sys
 from pathlib import Path
@@ -55,17 +56,26 @@ def model(tok):
     return make_model(tok)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, x):
+    return nnx.merge(graphdef, state)(x)[0]
+
+
+def full_logits(model, ids):
+    """Logits float32 [len(ids), V] of one full forward pass (no cache). The row is right-padded to a multiple of 32
+    slots, which causality makes invisible to the real positions, so a model compiles once for every short row."""
+    graphdef, state = nnx.split(model)
+    x = np.zeros((1, -(-len(ids) // 32) * 32), np.int32)
+    x[0, :len(ids)] = ids
+    return np.asarray(_forward(graphdef, state, x))[0, :len(ids)]
+
+
 def greedy_reference(model, prompt_ids, max_new_tokens, stop_ids=()):
     """Greedy by full recompute: no cache, no left padding; the sequence is right-padded to one fixed length,
     which causality makes invisible to the last real position."""
-    graphdef, state = nnx.split(model)
-    T = len(prompt_ids) + max_new_tokens
-    forward = jax.jit(lambda st, x: nnx.merge(graphdef, st)(x)[0])
     ids = list(prompt_ids)
     for _ in range(max_new_tokens):
-        x = np.zeros((1, T), np.int32)
-        x[0, :len(ids)] = ids
-        ids.append(int(np.argmax(np.asarray(forward(state, x))[0, len(ids) - 1])))
+        ids.append(int(np.argmax(full_logits(model, ids)[-1])))
         if ids[-1] in stop_ids:
             break
     return ids[len(prompt_ids):]
@@ -73,8 +83,7 @@ def greedy_reference(model, prompt_ids, max_new_tokens, stop_ids=()):
 
 def full_logprobs(model, prompt, completion, temperature=1.0):
     """log_softmax(logits / T) of one full forward pass over prompt + completion, at each completion token (NumPy)."""
-    seq = np.asarray([list(prompt) + list(completion)], np.int32)
-    logits = np.asarray(model(jnp.asarray(seq))[0][0], np.float64) / temperature
+    logits = np.asarray(full_logits(model, list(prompt) + list(completion)), np.float64) / temperature
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
     rows = np.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
     return logp[rows, np.asarray(completion)]
@@ -265,7 +274,7 @@ def test_top_k_top_p_never_leave_the_allowed_set(top_k, top_p):
 def test_top_k_in_the_sampler_stays_in_the_models_top_k(tok, model):
     """The first sampled token of 64 copies of a prompt is always among the full pass's 3 most likely ids."""
     prompt = tok.encode("12+7=")
-    logits = np.asarray(model(jnp.asarray([prompt]))[0][0, -1])
+    logits = full_logits(model, prompt)[-1]
     out = Sampler(model, tok)(["12+7="] * 64, max_new_tokens=1, top_k=3, temperature=2.0, seed=0, stop_tokens=[])
     firsts = {int(t[0]) for t in out.tokens}
     assert firsts <= set(np.argsort(-logits)[:3]) and len(firsts) > 1
@@ -539,7 +548,7 @@ def test_runs_of_one_prompt_prefill_once_and_sample_as_the_full_batch_does(tok, 
     assert [list(t) for t in a.tokens] == [list(t) for t in b.tokens]
     np.testing.assert_allclose(np.stack(a.logprobs), np.stack(b.logprobs), atol=1e-5)
     for p, t, lp in zip(a.prompt_tokens, a.tokens, a.logprobs):
-        logits = np.asarray(model(jnp.asarray([list(p) + list(t)]))[0][0], np.float64) / 0.8
+        logits = np.asarray(full_logits(model, list(p) + list(t)), np.float64) / 0.8
         z = logits[len(p) - 1:-1]
         want = z[np.arange(len(t)), t] - z.max(-1) - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1))
         np.testing.assert_allclose(lp, want, atol=1e-4)
