@@ -208,18 +208,20 @@ def prepare_envs(platform: str) -> dict:
         env = tpu_compare.side_env(side, site, platform)
         env["PYTHONPATH"] = os.pathsep.join([str(target), env["PYTHONPATH"]])
         envs[side] = env
-    # run_recipe draws curve.png: matplotlib from the image's index, last on ours' path (the image's numpy stays first)
-    late = WORK / "index" / "ours"
-    if not (late / ".stamp").exists():
-        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--only-binary=:all:", "--no-compile",
-               "--disable-pip-version-check", *CHIP_INDEX, "--target", str(late), "matplotlib"]
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-        if done.returncode == 0:
-            (late / ".stamp").write_text("matplotlib")
-        else:
-            print("real_grpo_compare: matplotlib did not install from the image's index:", done.stderr[-500:],
-                  file=sys.stderr)
-    envs["ours"]["PYTHONPATH"] += os.pathsep + str(late)
+    # from the image's index, last on each side's path (the image's numpy stays first): run_recipe draws curve.png
+    # with matplotlib; upstream's Gemma 3 module imports einops, which the Qwen 3 comparison never needed
+    for side, names in (("ours", ["matplotlib"]), ("upstream", ["einops"])):
+        late = WORK / "index" / side
+        if not (late / ".stamp").exists():
+            cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--only-binary=:all:", "--no-compile",
+                   "--disable-pip-version-check", *CHIP_INDEX, "--target", str(late), *names]
+            done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+            if done.returncode == 0:
+                (late / ".stamp").write_text(" ".join(names))
+            else:
+                print(f"real_grpo_compare: {names} did not install from the image's index:", done.stderr[-500:],
+                      file=sys.stderr)
+        envs[side]["PYTHONPATH"] += os.pathsep + str(late)
     for env in envs.values():
         env["TUNIX_LIT_CACHE"] = str(WORK / "cache")  # the pulled GGUF (a folder this user can write)
     print("installs:", json.dumps(report), flush=True)
