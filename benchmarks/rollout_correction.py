@@ -1,8 +1,14 @@
 """Rollout correction where it matters: GRPO on the tiny world with an engine k steps stale, with and without
 chapter 30's importance weights; several seeds each; one JSON record.
 
-    python benchmarks/rollout_correction.py --stale 4 --steps 300 --batch-size 32 --seeds 0 1 2 \
-        --arms fresh stale stale_corrected stale_corrected_sequence_truncate_2 --out benchmarks/results/rollout_correction.json
+    python benchmarks/rollout_correction.py --stale 4 --steps 300 --batch-size 32 --learning-rate 2e-4 --seeds 0 1 2 \
+        --arms fresh stale stale_corrected stale_corrected_sequence_truncate_2 stale_corrected_token_truncate_5 \
+        --jobs 2 --out benchmarks/results/rollout_correction.json
+
+At the main job's learning rate (5e-4: `benchmarks/results/rollout_correction_lr5e-4.json`, and one seed of other
+caps and modes in `rollout_correction_sweep.json`) the policy moves so far in k syncs that no correction won back half
+of what the staleness costs: the engine's samples hardly cover what the trainer would now draw. At 2e-4 the two
+policies still overlap, and the weights can correct.
 
 The engine samples with the weights of k syncs ago (a learner whose `sync_rollout` hands the engine an old
 snapshot of the actor), so its log-probs are a different policy's. Arms, each on a fresh copy of the embedded
@@ -164,7 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--stale", type=int, default=4, help="syncs the engine lags behind the actor")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--batch-size", type=int, default=32, help="prompts per step (G = 8 completions each)")
-    p.add_argument("--learning-rate", type=float, default=5e-4)
+    p.add_argument("--learning-rate", type=float, default=2e-4,
+                   help="Adam's rate; at 5e-4 a policy k syncs old barely overlaps the current one")
     p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--level", default="token", choices=("token", "sequence"))
     p.add_argument("--mode", default="truncate", choices=("truncate", "mask"))

@@ -83,3 +83,24 @@ def test_summary_means_and_ranges_are_the_runs_own(rc):
         assert s[arm]["heldout_gain"]["mean"] == pytest.approx(sum(after) / 3 - 0.4)
         assert "is_weight_mean" not in s[arm]  # no weights were logged: none is made up
         assert arm.startswith("stale_corrected") or "gap_recovered" not in s[arm]
+
+
+def test_the_sweeps_table_is_its_records_runs():
+    """The one-seed sweep the record's setting was chosen from: each table row is a stored run, quoted unchanged."""
+    import json
+    from pathlib import Path
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    sweep = json.loads((results / "rollout_correction_sweep.json").read_text())
+    earlier = json.loads((results / "rollout_correction_lr5e-4.json").read_text())
+    assert sweep["table"] and all(rec["complete"] for rec in sweep["records"])
+    for row in sweep["table"]:
+        if row["from"] == "rollout_correction_lr5e-4.json":
+            rec = earlier
+        else:
+            rec = sweep["records"][int(row["from"].removeprefix("records[").removesuffix("]"))]
+        settings = rec["settings"]
+        assert (settings["learning_rate"], settings["stale"]) == (row["learning_rate"], row["stale"])
+        (run,) = [r for r in rec["runs"] if (r["arm"], r["seed"]) == (row["arm"], row["seed"])]
+        assert run["heldout_after"] == row["heldout_after"]
+    assert len(sweep["table"]) == sum(len(r["runs"]) for r in sweep["records"]) + \
+        sum(r["seed"] == 0 for r in earlier["runs"])  # every run is in the table once
