@@ -1,6 +1,7 @@
 """The hf engine takes weights from an actor wherever it lives: another device, a mesh (devices 4-7, sharded by
 chapter 10's rules), a LoRA actor on a mesh; arrays of other processes and multi-process jobs are refused."""
 import importlib.util
+import types
 from pathlib import Path
 
 import jax
@@ -10,6 +11,7 @@ from flax import nnx
 
 from tunix_lit.models import tiny
 from tunix_lit.models import transformer as tfm
+from tunix_lit.rl import common
 from tunix_lit.rollout import engines, sync
 from tunix_lit.sft import lora
 
@@ -38,6 +40,11 @@ def _benchmark_gap():
     spec = importlib.util.spec_from_file_location("hf_engine_accelerator", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # this copy of the script recomputes under nnx.jit: one compile per placement instead of an eager forward per
+    # check (on a mesh each eager op is its own SPMD program); the formula is the script's, unchanged
+    recompute = nnx.jit(lambda actor, p, pm, c, cm, t: common.compute_completion_logps(actor, p, pm, c, cm, temperature=t))
+    module.common = types.SimpleNamespace(pad_rows=common.pad_rows, compute_completion_logps=lambda actor, *a,
+                                          temperature: recompute(actor, *a, temperature))
     return module.gap
 
 
