@@ -123,6 +123,19 @@ def test_a_different_reference_is_not_shared():
     assert "reference+actor" not in cluster.shared
 
 
+@nnx.jit
+def _logits(model, ids):
+    return model(ids, None, None, None)[0][0]
+
+
+def full_logits(model, seq):
+    """float64 [len(seq), V] logits of one forward over seq alone (no cache, no left padding). It is right-padded to
+    a multiple of 16 slots, which causality hides from every real slot, so a model compiles once for all rows."""
+    ids = np.zeros((1, -(-len(seq) // 16) * 16), np.int32)
+    ids[0, :len(seq)] = seq
+    return np.asarray(_logits(model, jnp.asarray(ids)), np.float64)[:len(seq)]
+
+
 def test_rollout_arrays_and_logps_match_a_full_forward_in_numpy():
     model, tok = tiny.load()
     cluster = RLCluster(model, tok, reference="actor", rollout_config=ROLL)
@@ -135,13 +148,12 @@ def test_rollout_arrays_and_logps_match_a_full_forward_in_numpy():
         if ro.finished[i]:  # the stop token is a trained token, the last one
             assert ro.completion_ids[i, n - 1] == tok.eos_id
     ref = np.asarray(cluster.reference_logps(ro))
-    # independent: run the unpadded sequence through the model, log-softmax in NumPy, pick each token
+    # independent: run the sequence alone (no left padding, no cache) through the model, log-softmax in NumPy, pick each token
     for i in range(3):
         prompt = ro.prompt_ids[i][ro.prompt_mask[i] == 1]
         n = int(ro.completion_mask[i].sum())
         seq = np.concatenate([prompt, ro.completion_ids[i, :n]])
-        logits, _ = model(jnp.asarray(seq[None]), None, None, None)
-        logits = np.asarray(logits[0], np.float64)
+        logits = full_logits(model, seq)
         logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
         want = [logp[len(prompt) - 1 + t, seq[len(prompt) + t]] for t in range(n)]
         np.testing.assert_allclose(ref[i, :n], want, atol=1e-4)
@@ -182,13 +194,13 @@ def test_bad_configuration_errors():
 
 
 def numpy_logps(model, ro, temperature):
-    """log softmax(logits / T) of each completion token from one unpadded forward per row, in NumPy: [N, T]."""
+    """log softmax(logits / T) of each completion token from one forward per row (full_logits), in NumPy: [N, T]."""
     out = np.zeros(ro.completion_ids.shape)
     for i in range(len(ro)):
         prompt = ro.prompt_ids[i][ro.prompt_mask[i] == 1]
         n = int(ro.completion_mask[i].sum())
         seq = np.concatenate([prompt, ro.completion_ids[i, :n]])
-        z = np.asarray(model(jnp.asarray(seq[None]), None, None, None)[0][0], np.float64) / temperature
+        z = full_logits(model, seq) / temperature
         z = z - z.max(-1, keepdims=True)
         logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
         out[i, :n] = [logp[len(prompt) - 1 + t, seq[len(prompt) + t]] for t in range(n)]
