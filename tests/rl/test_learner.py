@@ -434,11 +434,17 @@ def _record_updates(learner):
     return seen, params
 
 
+@nnx.jit
+def _completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    return common.compute_completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                           temperature=ROLL.temperature)
+
+
 def _logps_reference(learner, state, batch):
     """log π of a batch's completion tokens recomputed from scratch under the parameters `state` (0 on pads)."""
     model = nnx.merge(nnx.graphdef(learner.trainer.model), jax.tree.map(jnp.asarray, state))
-    lp = common.compute_completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
-                                         batch["completion_mask"], temperature=ROLL.temperature)
+    lp = _completion_logps(model, batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"],
+                           batch["completion_mask"])  # compiled once per shape, not op by op
     return np.asarray(lp) * batch["completion_mask"]
 
 
