@@ -25,6 +25,7 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,13 +68,71 @@ def _time_steps(marks: dict) -> None:
         got = consume(self, q)
         if got is not None:  # the step's update is done (its metrics fetched) and the rollout has the weights
             marks["ends"].append(time.perf_counter())
+            if marks.get("probe") is not None and len(marks["ends"]) == 1:
+                marks["first_step_probe"] = marks["probe"].snapshot()
         return got
 
     def timed_train(self, *args, **kwargs):
         marks["start"] = time.perf_counter()
+        if marks.get("probe") is not None:
+            marks["before_train_probe"] = marks["probe"].snapshot()
         return train(self, *args, **kwargs)
 
     learner.RLLearner._consume_step, learner.RLLearner.train = timed_consume, timed_train
+
+
+class CompileProbe:
+    """Per jit site (module name): traces, lowerings, compiles, persistent-cache hits and misses and their seconds."""
+
+    def __init__(self):
+        import collections
+
+        from jax._src import compiler, monitoring
+
+        self.sites = collections.defaultdict(lambda: collections.Counter())
+        self.events, self.durations = collections.Counter(), collections.Counter()
+        names = {"/jax/core/compile/jaxpr_trace_duration": "trace", "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+                 "/jax/core/compile/backend_compile_duration": "compile"}
+
+        def on_duration(event, duration, **kw):
+            if event in names:
+                site = self.sites[kw.get("fun_name", "?")]
+                site[names[event] + "_n"] += 1
+                site[names[event] + "_s"] += duration
+            else:
+                self.durations[event.rsplit("/", 1)[-1]] += duration
+
+        def on_event(event, **kw):
+            self.events[event.rsplit("/", 1)[-1]] += 1
+
+        monitoring.register_event_duration_secs_listener(on_duration)
+        monitoring.register_event_listener(on_event)
+        inner = compiler.compile_or_get_cached
+
+        def timed(backend, computation, *args, **kwargs):  # the module's name, and hit or miss, per call
+            name = str(computation.operation.attributes["sym_name"]).strip('"')
+            where = [f"{f.filename.rsplit('tunix_lit/', 1)[-1]}:{f.lineno}" for f in traceback.extract_stack()
+                     if "tunix_lit/" in f.filename]
+            if where:  # the innermost line of ours that asked for the program
+                name = f"{name} @ {where[-1]}"
+            hits, t0 = self.events["cache_hits"], time.perf_counter()
+            out = inner(backend, computation, *args, **kwargs)
+            site = self.sites[name]
+            site["get_executable_s"] += time.perf_counter() - t0
+            site["cache_hit" if self.events["cache_hits"] > hits else "built"] += 1
+            return out
+
+        compiler.compile_or_get_cached = timed
+
+    def snapshot(self) -> dict:
+        """Totals and the sites, biggest (trace + lower + executable) first."""
+        rows = {k: {n: round(v, 3) if isinstance(v, float) else v for n, v in c.items()} for k, c in self.sites.items()}
+        cost = lambda c: c.get("trace_s", 0) + c.get("lower_s", 0) + c.get("get_executable_s", 0)
+        tot = lambda key: round(sum(c.get(key, 0) for c in self.sites.values()), 3)
+        return {"events": dict(self.events), "durations": {k: round(v, 3) for k, v in self.durations.items()}, "trace_s": tot("trace_s"), "lower_s": tot("lower_s"),
+                "compile_s": tot("compile_s"), "get_executable_s": tot("get_executable_s"),
+                "built": tot("built"), "cache_hit": tot("cache_hit"),
+                "sites": dict(sorted(rows.items(), key=lambda kv: -cost(kv[1])))}
 
 
 def main(argv=None) -> int:
@@ -86,8 +145,16 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="record_real_seeds' seed: row order, rollout and training seed")
     p.add_argument("--max-steps", type=int, default=None, help="training.max_steps")
     p.add_argument("--heldout-n", type=int, default=None, help="the first N held-out sums only (data.heldout_limit)")
+    p.add_argument("--cache-dir", default=None, help="a JAX persistent compile cache that keeps every program")
+    p.add_argument("--probe", action="store_true", help="count traces, lowerings, compiles and cache hits per jit site")
     a = p.parse_args(argv)
     import jax
+
+    if a.cache_dir:  # this process only: every program goes to (and comes from) the cache, as on a TPU
+        jax.config.update("jax_compilation_cache_dir", a.cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    probe = CompileProbe() if a.probe else None
     import yaml
 
     from tunix_lit.recipes import resolve_recipe, run_recipe
@@ -103,7 +170,7 @@ def main(argv=None) -> int:
     sets += [f"data.heldout_limit={a.heldout_n}"] * (a.heldout_n is not None)
     overrides = [f"model={a.model}", f"run_dir={run_dir}"] + sets + a.set
     recipe = resolve_recipe(RECIPE, overrides)
-    marks = {"start": None, "ends": []}
+    marks = {"start": None, "ends": [], "probe": probe}
     _time_steps(marks)
     start = time.perf_counter()
     log = io.StringIO()
@@ -121,6 +188,9 @@ def main(argv=None) -> int:
               "reward_first_last": [summary["figure"]["before"], summary["figure"]["after"]], "eval_curve": curve,
               "rewards_per_step": [round(x, 4) for x in rewards],
               **(step_figures(marks["start"], marks["ends"]) if marks["start"] is not None else {})}
+    if probe is not None:
+        record["probe"] = {k: marks.get(k) for k in ("before_train_probe", "first_step_probe")}
+        record["probe"]["end"] = probe.snapshot()
     print(log.getvalue())
     print("RESULT " + json.dumps(record, default=float), flush=True)
     if a.out is not None:
