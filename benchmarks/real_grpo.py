@@ -22,11 +22,13 @@ import os  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_timing import step_figures  # noqa: E402  (both sides time their steps alike)
 
 ROOT = Path(__file__).resolve().parents[1]
 # one TPU v5e chip: 4x the prompts per step of the CPU recipe, the same learning rate, 30 steps
@@ -46,16 +48,6 @@ def seed_lines(lines: list, seed: int) -> list:
 def seed_overrides(seed: int, train_file: Path) -> list:
     """The recipe overrides a seed makes for an RL recipe, as record_real_seeds makes them."""
     return [f"data.train={train_file}", f"rollout.seed={seed}", f"training.seed={seed}"]
-
-
-def step_figures(train_start: float, ends: list, script_start: float = T_SCRIPT) -> dict:
-    """Per-step seconds from the step end times; first step from the train call and from the script's start."""
-    steps = [b - a for a, b in zip([train_start] + ends[:-1], ends)]
-    return {"step_seconds": [round(x, 4) for x in steps],
-            "first_step_s": round(steps[0], 3) if steps else None,
-            "first_step_s_from_process_start": round(ends[0] - script_start, 3) if ends else None,
-            "median_step_s": round(statistics.median(steps[1:]), 4) if len(steps) > 1 else None,
-            "train_seconds_to_last_step": round(ends[-1] - train_start, 2) if ends else None}
 
 
 def _time_steps(marks: dict) -> None:
@@ -187,7 +179,7 @@ def main(argv=None) -> int:
               "train_seconds": summary["train_seconds_this_run"], "wall_seconds_in_process": round(wall, 1),
               "reward_first_last": [summary["figure"]["before"], summary["figure"]["after"]], "eval_curve": curve,
               "rewards_per_step": [round(x, 4) for x in rewards],
-              **(step_figures(marks["start"], marks["ends"]) if marks["start"] is not None else {})}
+              **(step_figures(marks["start"], marks["ends"], T_SCRIPT) if marks["start"] is not None else {})}
     if probe is not None:
         record["probe"] = {k: marks.get(k) for k in ("before_train_probe", "first_step_probe")}
         record["probe"]["end"] = probe.snapshot()

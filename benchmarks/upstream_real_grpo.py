@@ -38,9 +38,11 @@ import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_timing import step_figures  # noqa: E402  (both sides time their steps alike)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "gemma3_270m_grpo.yaml"
@@ -75,16 +77,6 @@ def real_sums_module():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def step_figures(train_start: float, ends: list, script_start: float = T_SCRIPT) -> dict:
-    """Per-step seconds from the step end times; first step from the train call and from the script's start."""
-    steps = [b - a for a, b in zip([train_start] + ends[:-1], ends)]
-    return {"step_seconds": [round(s, 4) for s in steps],
-            "first_step_s": round(steps[0], 3) if steps else None,
-            "first_step_s_from_process_start": round(ends[0] - script_start, 3) if ends else None,
-            "median_step_s": round(statistics.median(steps[1:]), 4) if len(steps) > 1 else None,
-            "train_seconds_to_last_step": round(ends[-1] - train_start, 2) if ends else None}
 
 
 class HFTokenizer:
@@ -252,7 +244,7 @@ def main(argv=None) -> int:
               "reward_first_last": [float(np.mean(rewards[:n])), float(np.mean(rewards[-n:]))] if n else None,
               "rewards_per_step": [round(x, 4) for x in rewards],
               "eval_curve": [[0, before], [int(cluster.actor_trainer.train_steps), after]],
-              **step_figures(t_train, ends),
+              **step_figures(t_train, ends, T_SCRIPT),
               "heldout_completions": {"before": before_text, "after": after_text}}
     print("RESULT " + json.dumps(record, default=float), flush=True)
     if a.out is not None:
