@@ -280,6 +280,7 @@ def test_top_k_in_the_sampler_stays_in_the_models_top_k(tok, model):
     assert firsts <= set(np.argsort(-logits)[:3]) and len(firsts) > 1
 
 
+@pytest.mark.slow  # the default run's test_greedy_equals_full_recompute_loop decodes mixed prompt lengths in one batch
 def test_left_padding_does_not_change_greedy_output(tok, model):
     sampler = Sampler(model, tok)
     alone = sampler(["3*4-5="], max_new_tokens=10, stop_tokens=[]).tokens[0]

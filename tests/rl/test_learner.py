@@ -211,6 +211,7 @@ def test_grpo_tiny_raises_heldout_accuracy(tmp_path):
     assert summary["heldout_accuracy_gain"] >= 0.30, summary
 
 
+@pytest.mark.slow  # by default test_state_view's GRPO steps measure the gap, and the on-policy test below checks it
 def test_every_step_logs_the_rollout_log_prob_gap(tmp_path):
     """metrics.jsonl has rollout_logp_gap at every train step, and it stays at float rounding (T = 0.9)."""
     model, tok = tiny.load()
@@ -311,6 +312,7 @@ def test_a_donating_full_fine_tune_trains_exactly_like_one_that_does_not(monkeyp
         assert donating.metrics.history(name) == keeping.metrics.history(name) and donating.metrics.history(name)[1]
 
 
+@pytest.mark.slow  # tests/rl/test_common.py checks the shared-prompt pass's log-probs and gradients by default
 def test_the_grpo_loss_with_shared_prompts_equals_the_full_pass():
     """One micro-batch of experience: GRPO's loss (each prompt run once) and its gradient equal those of the full pass."""
     learner = make(algo=GRPOConfig(num_generations=2, beta=0.0))

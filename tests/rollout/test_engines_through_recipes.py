@@ -47,7 +47,8 @@ def test_rlcluster_builds_each_engine_and_rolls_out_with_the_actors_log_probs(fa
     assert out.completion_ids.shape[0] == 4 and gap is not None and gap <= 1e-4, gap
 
 
-@pytest.mark.parametrize("engine", ["hf", *EXTERNAL])
+# the hf engine through a recipe with -m slow: tests/rollout/test_hf_engine.py trains and syncs it by default
+@pytest.mark.parametrize("engine", [pytest.param("hf", marks=pytest.mark.slow), *EXTERNAL])
 def test_a_recipe_trains_with_each_engine(fakes, engine, tmp_path):
     """`rollout.engine=<name>` in the main GRPO recipe: two steps run, every step's log-prob gap stays at
     float32 rounding (the engine received every update), and the summary is written."""

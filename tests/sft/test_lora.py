@@ -77,7 +77,8 @@ def test_only_lora_variables_change_after_a_step(base, tokens):
     assert changed_twice == lora_paths  # now A moves too, and still nothing else
 
 
-@pytest.mark.parametrize("qtype", ["nf4", "int8"])
+# int8 with -m slow: chapter 61 trains every quantised base by default
+@pytest.mark.parametrize("qtype", ["nf4", pytest.param("int8", marks=pytest.mark.slow)])
 def test_qlora_trains_and_its_loss_falls(base, tokens, qtype):
     model = lora.apply_lora(base, rank=RANK, alpha=ALPHA, quantize=qtype, tile_size=16, seed=2)
     kernel = model.layers[0].mlp.up_proj.kernel
