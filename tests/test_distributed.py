@@ -181,7 +181,8 @@ def test_exactly_one_process_writes_the_log_and_all_read_it(reports):
 
 # --- failure ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("victim", [1, 0], ids=["worker_dies", "coordinator_dies"])
+# a dying worker with -m slow: the coordinator_dies case runs the same failure path by default
+@pytest.mark.parametrize("victim", [pytest.param(1, marks=pytest.mark.slow), 0], ids=["worker_dies", "coordinator_dies"])
 def test_a_killed_process_makes_the_other_exit_with_an_error(victim, tmp_path):
     """The heartbeat timeout comes from TUNIX_LIT_HEARTBEAT_TIMEOUT_S; the worker's local_device_count=4 beats the launcher's 2."""
     heartbeat = 5

@@ -112,6 +112,7 @@ def test_a_few_steps_learn_with_a_finite_loss_on_the_episodes_model_tokens():
     assert offp == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.slow  # by default tests/rl/test_learner.py's resume test checks the learner's resume machinery
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
     whole = make(tmp_path / "a", steps=3)
     whole.train(TASKS)

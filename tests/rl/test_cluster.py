@@ -40,8 +40,8 @@ def one_grpo_step(cluster, steps=1):
     return learner
 
 
-# the plain colocated case and the apart-with-LoRA case run by default; the two mixed cases with -m slow
-@pytest.mark.parametrize("apart,use_lora", [(False, False), (True, True),
+# the apart-with-LoRA case runs by default (chapter 21's cells update and sync a colocated cluster); the others with -m slow
+@pytest.mark.parametrize("apart,use_lora", [pytest.param(False, False, marks=pytest.mark.slow), (True, True),
                                             pytest.param(False, True, marks=pytest.mark.slow),
                                             pytest.param(True, False, marks=pytest.mark.slow)])
 def test_after_a_step_rollout_equals_actor_and_reference_is_unchanged(apart, use_lora):

@@ -130,6 +130,7 @@ def test_chunked_head_gives_the_same_logps_entropy_and_gradients(tiny):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # by default test_chunked_head_gives_the_same_logps_entropy_and_gradients checks the chunked gradients
 def test_a_frozen_heads_chunked_gradient_equals_one_pass_and_skips_the_recompute(tiny):
     """Gradients for every weight but the (tied) head, as in a LoRA step: through a chunked head they equal one pass's,
     with or without the entropy's gradient, and the gradient program passes over the vocabulary twice, not three times."""

@@ -69,6 +69,7 @@ def test_batch_size_defaults_cascade(sizes, want):
     assert (s.mini, s.train_micro, s.rollout_micro, s.logps_micro) == want
 
 
+@pytest.mark.slow  # by default test_mu_one_with_two_mini_batches_trains_the_second_on_the_true_ratio counts a step's updates
 def test_updates_per_step_follow_mini_batches_and_mu():
     cfg = rl.RLTrainingConfig(batch_size=4, mini_batch_size=2, train_micro_batch_size=1, max_steps=2,
                               progress_bar=False)

@@ -116,6 +116,7 @@ def test_teacher_in_the_step_equals_precomputed_teacher_logits():
     assert max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb))) < 1e-5
 
 
+@pytest.mark.slow  # chapter 64 asserts by default that a short run lowers the KL to the teacher
 def test_short_run_lowers_the_kl_to_the_tiny_teacher():
     """Thirty steps of a small fresh student on arithmetic sequences halve its KL to the embedded default."""
     teacher, tok = tiny.load()
