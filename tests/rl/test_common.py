@@ -196,10 +196,17 @@ def test_auto_chunking_follows_the_budget_and_changes_no_value(tiny, monkeypatch
         common.compute_completion_logps(tiny, *batch, chunk_size="big")
 
 
-def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_gradients(tiny):
-    """group_size=G (each prompt run once, its cache repeated) = per-row unpadded NumPy log-probs, and the
-    full pass's entropy and gradients, with siblings whose completions differ in content and length."""
+@pytest.mark.parametrize("route", ["one pass", "two passes"])
+def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_gradients(tiny, route, monkeypatch):
+    """group_size=G (each prompt run once: one row [prompt | G completions], or a repeated cache) = per-row unpadded
+    NumPy log-probs, and the full pass's entropy and gradients, with siblings whose completions differ."""
     G = 2
+    if route == "two passes":  # no group row is short enough for one pass
+        monkeypatch.setattr(common, "SHARED_PREFIX_MAX_SLOTS", 0)
+    taken = []
+    for name in ("_shared_prefix_hidden", "_cached_prompt_hidden"):
+        fn = getattr(common, name)
+        monkeypatch.setattr(common, name, lambda *a, fn=fn, name=name: taken.append(name) or fn(*a))
     prompts = [p for p in PROMPTS for _ in range(G)]
     completions = [c if i % G == 0 else c[1:] for i, c in enumerate(c for c in COMPLETIONS for _ in range(G))]
     p, pm = common.pad_rows(prompts, 5, PAD, left=True)
@@ -222,8 +229,45 @@ def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_g
     np.testing.assert_allclose(ent, ent_full, atol=1e-5)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_full)):  # the G copies are summed in another order
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert set(taken) == {"_shared_prefix_hidden" if route == "one pass" else "_cached_prompt_hidden"}
     with pytest.raises(ValueError, match="group_size=2 does not divide the 3 rows"):
         common.compute_completion_logps(tiny, *(a[:3] for a in batch), group_size=G)
+
+
+@pytest.mark.parametrize("window,one_pass", [(4, False), (64, True)])
+def test_a_group_row_crossing_a_sliding_window_takes_two_passes(window, one_pass):
+    """With sliding-window layers, one pass only while the group's row fits the window (a window counts slots);
+    either way the log-probs are the full pass's (itself checked against NumPy above)."""
+    model = tfm.Transformer(tfm.ModelConfig.from_name("tiny-gemma3", vocab_size=32, sliding_window=window),
+                            rngs=nnx.Rngs(1))
+    G = 2
+    prompts = [p for p in PROMPTS[:2] for _ in range(G)]
+    completions = [[11, 12, EOS], [13, 14], [15, 16, 17, 18], [19, EOS]]
+    p, pm = common.pad_rows(prompts, 4, PAD, left=True)
+    c, cm = common.pad_rows(completions, 4, PAD)
+    assert common._one_pass_fits(model, 4, 4, G) == one_pass  # the row holds 4 + 2 * 4 = 12 slots
+    logps = nnx.jit(lambda m, group, *b: common.compute_completion_logps(m, *b, group_size=group), static_argnums=1)
+    batch = tuple(map(jnp.asarray, (p, pm, c, cm)))
+    np.testing.assert_allclose(logps(model, G, *batch), logps(model, 1, *batch), atol=1e-5)
+
+
+def test_one_pass_holds_one_copy_of_the_model(tiny, monkeypatch):
+    """The grouped log-prob program's matrix products: one pass has the full pass's count, two passes twice it."""
+    G = 2
+    prompts = [p for p in PROMPTS for _ in range(G)]
+    completions = [c for c in COMPLETIONS for _ in range(G)]
+    p, pm = common.pad_rows(prompts, 4, PAD, left=True)
+    c, cm = common.pad_rows(completions, 5, PAD)
+    batch = tuple(jnp.asarray(a) for a in (p, pm, c, cm))
+
+    def products(group):
+        fn = nnx.jit(lambda m: common.compute_completion_logps(m, *batch, group_size=group).sum())
+        return fn.lower(tiny).as_text().count("stablehlo.dot_general")
+
+    full, one = products(1), products(G)
+    monkeypatch.setattr(common, "SHARED_PREFIX_MAX_SLOTS", 0)
+    two = products(G)
+    assert one == full and two > full
 
 
 # ---------------------------------------------------------------- completion masks
