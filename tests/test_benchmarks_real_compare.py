@@ -82,6 +82,10 @@ def test_sides_alternate_per_seed_and_runs_append(compare, tmp_path):
     argv = compare.command("ours", 2, Path("/m"), "py", max_steps=3)
     assert argv[:6] == ["py", "benchmarks/real_grpo.py", "--model", "/m", "--seed", "2"] and "--max-steps" in argv
     assert "--set" not in compare.command("upstream", 2, Path("/m"), "py")  # the overrides are ours' alone
+    probed = compare.command("ours", 1, Path("/m"), "py", ours_sets=["grpo.prompt_once=false"], probe=True)
+    assert "--probe" in probed and probed[probed.index("--set") + 1:] == [*compare.OURS_SETS, "grpo.prompt_once=false"]
+    upstream = compare.command("upstream", 1, Path("/m"), "py", ours_sets=["grpo.prompt_once=false"], probe=True)
+    assert "--probe" not in upstream and "grpo.prompt_once=false" not in upstream
 
 
 def _record_real_seeds_train_file(seed, monkeypatch):
