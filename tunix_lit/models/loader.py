@@ -401,6 +401,23 @@ def _place(view: np.ndarray, sharding: jax.sharding.Sharding, dtype) -> jax.Arra
     """A device array with `sharding`; each device's block is copied (and cast) from the file view on its own."""
     return jax.make_array_from_callback(view.shape, sharding, lambda idx: np.array(view[idx], dtype=dtype))
 
+# %% ../../nbs/12_loader.ipynb #e0ca49ce
+def _abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State, dict[str, tuple]]:
+    """(graphdef, abstract state, HF key -> the shape the checkpoint stores) of a Transformer of cfg: one trace."""
+    names = key_map(cfg.family)
+
+    def model_and_stored_shapes():
+        model = Transformer(cfg, rngs=nnx.Rngs(0))
+        stored = {}
+        for p, var in nnx.to_flat_state(nnx.state(model)):
+            hf_key, transform = names.to_hf(_path_str(p))
+            stored[hf_key] = transform.to_hf(var.get_value(), cfg)  # abstract: a shape, no memory
+        return model, stored
+
+    model, stored = nnx.eval_shape(model_and_stored_shapes)
+    graphdef, abstract = nnx.split(model)
+    return graphdef, abstract, {k: tuple(v.shape) for k, v in stored.items()}
+
 # %% ../../nbs/12_loader.ipynb #2b9de812
 def load_hf(path: Union[str, Path], mesh: Optional[jax.sharding.Mesh] = None, dtype=None) -> Transformer:
     """A Transformer filled from the HF checkpoint directory `path`, on `mesh` (else one device), params cast to `dtype`."""
@@ -411,23 +428,18 @@ def load_hf(path: Union[str, Path], mesh: Optional[jax.sharding.Mesh] = None, dt
     cfg = config_from_hf(hf_config)
     if dtype is not None:
         cfg = cfg.replace(dtype=jnp.dtype(dtype).name, param_dtype=jnp.dtype(dtype).name)
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    graphdef, abstract, expected = _abstract_model(cfg)
     if mesh is None:
         shardings = {p: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]) for p, _ in nnx.to_flat_state(abstract)}
     else:
         shardings = {p: v.get_value() for p, v in nnx.to_flat_state(state_shardings(abstract, mesh))}
 
-    names = key_map(cfg.family)
     tensors = _hf_tensors(path, hf_config["model_type"], cfg.tie_embeddings)
-    plan, expected = [], {}
-    for p, var in nnx.to_flat_state(abstract):
-        hf_key, transform = names.to_hf(_path_str(p))
-        expected[hf_key] = jax.eval_shape(lambda w: transform.to_hf(w, cfg), var.get_value()).shape
-        plan.append((p, var, hf_key, transform))
     _check_tensors(tensors, expected, path)
 
-    leaves = []
-    for p, var, hf_key, transform in plan:
+    names, leaves = key_map(cfg.family), []
+    for p, var in nnx.to_flat_state(abstract):
+        hf_key, transform = names.to_hf(_path_str(p))
         view = transform.to_nnx(tensors[hf_key], cfg)  # still a view of the file
         leaves.append((p, var.replace(_place(view, shardings[p], var.get_value().dtype))))
     return nnx.merge(graphdef, nnx.from_flat_state(leaves))
