@@ -11,6 +11,7 @@ __all__ = ['PROJECTIONS', 'DEFAULT_TARGETS', 'QUANT_TYPES', 'BASE_WEIGHTS', 'Lor
 # on one traced call, `nnx.LoRAParam` as the trainable tag) and its merged export (ΔW = A·B·alpha/rank
 # added to the base). Leaves out: LoRA dropout, per-module ranks and qwix's other providers (QAT, PTQ).
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Optional, Union
@@ -100,20 +101,79 @@ def apply_lora(model: tfm.Transformer, *, rank: int, alpha: float, targets: str 
         raise ValueError(f"model already carries LoRA ({model.lora_config}); merge_lora it or start from the base")
     cfg = LoraConfig(rank=rank, alpha=alpha, targets=targets, quantize=quantize, tile_size=tile_size)
     matched = _check_targets(model, cfg)
-    provider = qwix.LoraProvider(module_path=cfg.targets, rank=cfg.rank, alpha=cfg.alpha,
-                                 weight_qtype=cfg.quantize, tile_size=cfg.tile_size)
-    tokens = jnp.zeros((1, 1), jnp.int32)  # qwix rewrites during one call; only shapes matter
-    lora_model = nnx.jit(lambda m, rngs: qwix.apply_lora_to_model(m, provider, tokens, rngs=rngs))(
-        model, nnx.Rngs(seed))
+    rule = qwix.LoraRule(module_path=cfg.targets, rank=cfg.rank, alpha=cfg.alpha,
+                         weight_qtype=cfg.quantize, tile_size=cfg.tile_size)
+    lora_model = _lora_model(model, rule, seed)  # below: one traced call, only new state compiled
     if not jax.tree.leaves(nnx.state(lora_model, nnx.LoRAParam)):
         raise ValueError(f"LoRA target pattern '{cfg.targets}' matches {matched[:4]}, but none of them multiplies "
                          f"its input by a weight of its own; target projections, e.g. '{DEFAULT_TARGETS}'")
     mesh = tfm.mesh_of(model)
-    if mesh is not None:  # A and B left jit unplaced; qwix copied the kernel's logical axis names onto them
+    if mesh is not None:  # A and B left the program unplaced; qwix copied the kernel's logical axis names onto them
         state = nnx.state(lora_model)
         nnx.update(lora_model, jax.device_put(state, tfm.state_shardings(state, mesh)))
     lora_model.lora_config = nnx.static(cfg)
     return lora_model
+
+# %% ../../nbs/61_lora_qlora.ipynb #1d52686a
+@functools.partial(jax.jit, static_argnums=(0, 3, 4))
+def _draw(init, key, count, shape, dtype):
+    """The values `init` draws from an RngStream's key at `count` (what qwix's call drew for one A)."""
+    return init(jax.random.fold_in(key, count), shape, dtype)  # RngStream's rule: fold the count into the key
+
+
+def _lora_program(model: tfm.Transformer, rule: qwix.LoraRule, seed: int):
+    """qwix's rewriting call as a jitted function returning only new state, its arguments, and its plan."""
+    graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    rngs_def, rngs_state = nnx.split(nnx.Rngs(seed))
+    plan = {}  # filled while tracing: the adapted model's graphdef and treedef, and where each leaf comes from
+
+    def new_state(leaves, rngs_state):
+        rngs, handed, drawn = nnx.merge(rngs_def, rngs_state), [], {}
+
+        class Counted(type(rngs.params)):  # the one stream qwix draws from, its keys listed as it hands them out
+            def __call__(self):  # RngStream's own rule, but `count[...] += 1` asks each tracer for its sharding,
+                handed.append(jax.random.fold_in(self.key[...], self.count[...]))  # which rescans the whole trace
+                self.count.set_value(self.count[...] + 1)
+                return handed[-1]
+
+        rngs.params.__class__ = Counted
+
+        def init_a(key, shape, dtype=jnp.float32):
+            value = rule.lora_a_initializer(key, shape, dtype)
+            if handed and key is handed[-1]:  # the stream's latest key: A can be drawn again outside
+                drawn[id(value)] = (value, len(handed) - 1, tuple(shape), dtype)  # holding value keeps its id
+            return value
+
+        provider = qwix.LoraProvider(rules=[dataclasses.replace(rule, lora_a_initializer=init_a)])
+        tokens = jnp.zeros((1, 1), jnp.int32)  # qwix rewrites during one call; only shapes matter
+        m = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+        plan["graphdef"], adapted = nnx.split(qwix.apply_lora_to_model(m, provider, tokens, rngs=rngs))
+        out, plan["treedef"] = jax.tree.flatten(adapted)
+        given, fresh, plan["source"] = {id(x): i for i, x in enumerate(leaves)}, [], []
+        for x in out:
+            if id(x) in given:  # the same tracer as an input: passed through, not an output
+                plan["source"].append(("given", given[id(x)]))
+            elif id(x) in drawn:  # an A: drawn outside from its key's count, its draw here left to dead code
+                plan["source"].append(("drawn", *drawn[id(x)][1:]))
+            else:  # B, QLoRA codes and scales
+                plan["source"].append(("fresh", len(fresh)))
+                fresh.append(x)
+        return fresh
+
+    return jax.jit(new_state), (leaves, rngs_state), plan
+
+
+def _lora_model(model: tfm.Transformer, rule: qwix.LoraRule, seed: int) -> tfm.Transformer:
+    """The adapted model: the caller's arrays where qwix passed them through, the program's outputs elsewhere."""
+    program, (leaves, rngs_state), plan = _lora_program(model, rule, seed)
+    fresh = program(leaves, rngs_state)
+    stream = nnx.Rngs(seed).params  # the stream as it stood before the call
+    key, start = stream.key[...], stream.count[...]
+    source = {"given": lambda i: leaves[i], "fresh": lambda i: fresh[i],
+              "drawn": lambda n, shape, dtype: _draw(rule.lora_a_initializer, key, start + n, shape, dtype)}
+    full = [source[kind](*args) for kind, *args in plan["source"]]
+    return nnx.merge(plan["graphdef"], jax.tree.unflatten(plan["treedef"], full))
 
 # %% ../../nbs/61_lora_qlora.ipynb #46d068bd
 BASE_WEIGHTS = nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))  # the frozen weights, float or quantised
