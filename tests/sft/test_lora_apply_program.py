@@ -131,3 +131,12 @@ def test_the_error_messages_are_unchanged(base):
         lora.apply_lora(base, rank=RANK, alpha=ALPHA, targets=r"layers\.0\.attn\.q_proj")
     with pytest.raises(ValueError, match="but none of them multiplies its input by a weight of its own"):
         lora.apply_lora(base, rank=RANK, alpha=ALPHA, targets=r".*/attn")
+
+
+def test_base_param_count_is_the_plain_models_weight_count(quantize="int8"):
+    """Counted where float weights are (no trace), from the shapes where they are codes: both the base model's count
+    (test_lora.py checks a plain LoRA model)."""
+    base = tfm.Transformer(tfm.ModelConfig.from_name("tiny-gemma3"), rngs=nnx.Rngs(0))
+    want = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(base, nnx.Param)))
+    assert lora.base_param_count(base) == want
+    assert lora.base_param_count(lora.apply_lora(base, rank=4, alpha=8.0, quantize=quantize)) == want

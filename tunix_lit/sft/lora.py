@@ -186,7 +186,10 @@ def lora_param_count(model: nnx.Module) -> int:
 
 def base_param_count(model: nnx.Module) -> int:
     """Number of weights of the underlying Transformer, however they are stored."""
-    abstract = nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0)))
+    lora = getattr(model, "lora_config", None)
+    if not (isinstance(lora, LoraConfig) and lora.quantize):  # float weights: count them where they are, no trace
+        return sum(x.size for x in jax.tree.leaves(nnx.state(model, BASE_WEIGHTS)))
+    abstract = nnx.eval_shape(lambda: tfm.Transformer(model.config, rngs=nnx.Rngs(0)))  # codes and scales: the shapes they stand for
     return sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
 
 
