@@ -264,6 +264,8 @@ def test_one_pass_holds_one_copy_of_the_model(tiny, monkeypatch):
         fn = nnx.jit(lambda m: common.compute_completion_logps(m, *batch, group_size=group).sum())
         return fn.lower(tiny).as_text().count("stablehlo.dot_general")
 
+    # one pass only while attention over the row is at most twice the two passes' (P + G·T)(P + T)
+    assert common._one_pass_fits(tiny, 24, 4, 8) and not common._one_pass_fits(tiny, 32, 64, 4)
     full, one = products(1), products(G)
     monkeypatch.setattr(common, "SHARED_PREFIX_MAX_SLOTS", 0)
     two = products(G)

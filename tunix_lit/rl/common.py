@@ -326,9 +326,11 @@ def shared_prefix_mask(prompt_mask: jax.Array, completion_mask: jax.Array, G: in
 
 
 def _one_pass_fits(model, P: int, T: int, G: int) -> bool:
-    """Whether a group's [prompt | G completions] row runs as one pass: short enough, and inside any sliding window."""
+    """Whether a group's [prompt | G completions] row runs as one pass: short, cheap in attention, inside any window."""
     cfg, L = getattr(model, "config", None), P + G * T
     if cfg is None or not hasattr(cfg, "layer_type") or L > SHARED_PREFIX_MAX_SLOTS:
+        return False
+    if L > 2 * (P + T):  # attention over the row vs two passes' (P + G·T)(P + T): at most twice the work
         return False
     local = any(cfg.layer_type(i) == "local" for i in range(cfg.num_layers))
     return not local or L <= cfg.sliding_window
