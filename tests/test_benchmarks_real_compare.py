@@ -148,3 +148,21 @@ def test_step_figures_from_step_end_times():
         assert f["step_seconds"] == [6.0, 2.5, 0.5, 3.0] and f["first_step_s"] == 6.0
         assert f["first_step_s_from_process_start"] == 9.0 and f["median_step_s"] == 2.5
         assert f["train_seconds_to_last_step"] == 12.0
+
+
+def test_copy_like_unzips_the_tokenizer_and_keeps_what_it_is_told(compare, tmp_path):
+    import gzip
+
+    like, dest = tmp_path / "like", tmp_path / "dest"
+    like.mkdir()
+    dest.mkdir()
+    (like / "config.json").write_text("like's")
+    (like / "generation_config.json").write_text("{}")
+    with gzip.open(like / "tokenizer.json.gz", "wt") as f:
+        f.write('{"tok": 1}')
+    (dest / "config.json").write_text("the weights' own")
+    compare.copy_like(like, dest, keep=("config.json",))
+    assert (dest / "tokenizer.json").read_text() == '{"tok": 1}' and not (dest / "tokenizer.json.gz").exists()
+    assert (dest / "config.json").read_text() == "the weights' own" and (dest / "generation_config.json").exists()
+    compare.copy_like(like, tmp_path / "fresh", keep=("config.json",))  # nothing there to keep: copied
+    assert (tmp_path / "fresh" / "config.json").read_text() == "like's"
