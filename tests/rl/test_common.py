@@ -196,7 +196,8 @@ def test_auto_chunking_follows_the_budget_and_changes_no_value(tiny, monkeypatch
         common.compute_completion_logps(tiny, *batch, chunk_size="big")
 
 
-@pytest.mark.parametrize("route", ["one pass", "two passes"])
+# two passes' values are also checked by default by the sliding-window test below and chapter 20 (one = two)
+@pytest.mark.parametrize("route", ["one pass", pytest.param("two passes", marks=pytest.mark.slow)])
 def test_a_group_sharing_its_prompt_gives_the_unpadded_logps_and_the_full_pass_gradients(tiny, route, monkeypatch):
     """group_size=G (each prompt run once: one row [prompt | G completions], or a repeated cache) = per-row unpadded
     NumPy log-probs, and the full pass's entropy and gradients, with siblings whose completions differ."""
